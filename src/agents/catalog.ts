@@ -1,0 +1,211 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import type { Settings } from '../config.js';
+import { errnoCode } from '../errors.js';
+import { parseAgentFile } from './definition.js';
+import type { AgentDefinition, AgentSource, Backend } from './types.js';
+
+/** SPEC §3: larger agent files are refused unread. */
+export const MAX_AGENT_FILE_BYTES = 64 * 1024;
+
+export interface RefusedAgent {
+  name?: string;
+  /** The path the file (or directory) was reached by. */
+  path: string;
+  source: AgentSource;
+  /** Which rule or key, and why; never the file's contents. */
+  reason: string;
+}
+
+export interface Catalog {
+  agents: Map<string, AgentDefinition>;
+  refused: RefusedAgent[];
+  /** The server's working directory, resolved (realpath when it exists). */
+  projectDir: string;
+  projectTrusted: boolean;
+}
+
+interface AgentDir {
+  dir: string;
+  source: AgentSource;
+  /** Claude Code's own directory: its files always run with backend claude. */
+  fixedBackend?: Backend;
+  /** Project directories must stay inside the project. */
+  mustBeInside?: string;
+}
+
+/**
+ * Reads every agent definition the server may run, in the order of SPEC §3. Synchronous: it reads at most a few
+ * directories of small files, and callers want one consistent snapshot.
+ */
+export function loadCatalog(opts: { settings: Settings; bundledDir: string }): Catalog {
+  const { settings } = opts;
+  const refused: RefusedAgent[] = [];
+  const projectDir = realpathOrNull(settings.cwd) ?? path.resolve(settings.cwd);
+  const projectTrusted = isProjectTrusted(projectDir, settings);
+
+  const operatorDirs: AgentDir[] = [
+    ...settings.agentsPath.map((dir): AgentDir => ({ dir, source: 'operator' })),
+    { dir: path.join(settings.home, 'agents'), source: 'home' },
+    { dir: opts.bundledDir, source: 'bundled' },
+  ];
+  // Among operator directories the first to define a name wins: the operator overrides home, home overrides bundled.
+  const operator = new Map<string, AgentDefinition>();
+  for (const d of operatorDirs) {
+    for (const def of readAgentDir(d, true, settings.maxTimeoutMs, refused)) {
+      if (!operator.has(def.name)) operator.set(def.name, def);
+    }
+  }
+
+  const agents = new Map(operator);
+  const projectDirs: AgentDir[] = [
+    { dir: path.join(projectDir, '.subagents', 'agents'), source: 'project', mustBeInside: projectDir },
+    { dir: path.join(projectDir, '.claude', 'agents'), source: 'project', fixedBackend: 'claude', mustBeInside: projectDir },
+  ];
+  // .subagents/agents/ comes first, so a project can override one of its Claude Code agents for this server only.
+  const project = new Set<string>();
+  for (const d of projectDirs) {
+    for (const def of readAgentDir(d, projectTrusted, settings.maxTimeoutMs, refused)) {
+      if (project.has(def.name)) continue;
+      if (!projectTrusted && operator.has(def.name)) {
+        // An untrusted repository could otherwise replace an agent the operator relies on with its own prompt.
+        refused.push({ name: def.name, path: def.path, source: 'project', reason: `shadows the ${operator.get(def.name)!.source} agent of the same name, which an untrusted project may not do; trust the project with SUBAGENTS_TRUST or SUBAGENTS_ROOTS` });
+        continue;
+      }
+      project.add(def.name);
+      agents.set(def.name, def);
+    }
+  }
+  return { agents, refused, projectDir, projectTrusted };
+}
+
+/**
+ * Project definitions are trusted only when the working directory is inside a root the operator named explicitly
+ * (SUBAGENTS_ROOTS / --root, not the client's roots) or one listed in SUBAGENTS_TRUST. Both sides are realpaths, so a
+ * symlinked checkout cannot pose as a trusted one.
+ */
+export function isProjectTrusted(projectDir: string, settings: Pick<Settings, 'explicitRoots' | 'trust'>): boolean {
+  const trustedRoots = [...(settings.explicitRoots ?? []), ...settings.trust];
+  return trustedRoots.some((root) => {
+    const real = realpathOrNull(root);
+    return real !== null && isInside(real, projectDir);
+  });
+}
+
+/**
+ * The accepted definitions of one directory, sorted by file name; everything refused goes to `refused`. Within one
+ * directory a name defined twice is ambiguous: the first file by name wins, the others are refused.
+ */
+function readAgentDir(d: AgentDir, trusted: boolean, maxTimeoutMs: number, refused: RefusedAgent[]): AgentDefinition[] {
+  let dirReal: string;
+  let entries: string[];
+  try {
+    dirReal = fs.realpathSync(d.dir);
+    if (!fs.statSync(dirReal).isDirectory()) return [];
+    entries = fs.readdirSync(dirReal);
+  } catch (e) {
+    const code = errnoCode(e);
+    if (code === 'ENOENT' || code === 'ENOTDIR') return []; // no such directory: nothing defined there
+    refused.push({ path: d.dir, source: d.source, reason: `the directory cannot be read (${code ?? 'error'})` });
+    return [];
+  }
+  if (d.mustBeInside !== undefined && !isInside(d.mustBeInside, dirReal)) {
+    // A repository's `.claude/agents` linked to somewhere else would read files the project does not own.
+    refused.push({ path: d.dir, source: d.source, reason: 'the directory is a symlink that leaves the project; its files are not read' });
+    return [];
+  }
+
+  const accepted: AgentDefinition[] = [];
+  const firstFileOf = new Map<string, string>();
+  // Dot files are skipped: editors leave lock files and backups there (emacs `.#x.md` is a dangling symlink).
+  for (const entry of entries.filter((n) => n.endsWith('.md') && !n.startsWith('.')).sort()) {
+    const reachedBy = path.join(d.dir, entry);
+    const read = readAgentFile(dirReal, entry);
+    if (!read.ok) {
+      refused.push({ path: reachedBy, source: d.source, reason: read.reason });
+      continue;
+    }
+    const parsed = parseAgentFile(read.bytes, {
+      path: read.realPath,
+      source: d.source,
+      trusted,
+      maxTimeoutMs,
+      ...(d.fixedBackend !== undefined ? { defaultBackend: d.fixedBackend, fixedBackend: d.fixedBackend } : {}),
+    });
+    if (!parsed.ok) {
+      refused.push({ ...(parsed.name !== undefined ? { name: parsed.name } : {}), path: reachedBy, source: d.source, reason: parsed.reason });
+      continue;
+    }
+    const earlier = firstFileOf.get(parsed.def.name);
+    if (earlier !== undefined) {
+      refused.push({ name: parsed.def.name, path: reachedBy, source: d.source, reason: `duplicate name: ${earlier} in the same directory defines it first` });
+      continue;
+    }
+    firstFileOf.set(parsed.def.name, entry);
+    accepted.push(parsed.def);
+  }
+  return accepted;
+}
+
+type FileRead = { ok: true; bytes: Buffer; realPath: string } | { ok: false; reason: string };
+
+/**
+ * Reads one file of a directory, refusing what a hostile repository could plant: a symlink out of the directory
+ * (to ~/.ssh/config, say), a FIFO or device that would block or never end, a huge file.
+ */
+function readAgentFile(dirReal: string, entry: string): FileRead {
+  const full = path.join(dirReal, entry);
+  let realPath: string;
+  try {
+    realPath = fs.realpathSync(full);
+  } catch (e) {
+    const code = errnoCode(e);
+    return { ok: false, reason: code === 'ENOENT' ? 'a symlink to nothing' : `the file cannot be read (${code ?? 'error'})` };
+  }
+  if (!isInside(dirReal, realPath)) {
+    return { ok: false, reason: 'reached through a symlink that leaves its directory' };
+  }
+  // O_NOFOLLOW: the realpath was just checked; if it is swapped for a symlink before the open, the open fails instead
+  // of following it. O_NONBLOCK: a FIFO put in its place opens without waiting for a writer (then fails isFile).
+  const flags = fs.constants.O_RDONLY | (fs.constants.O_NOFOLLOW ?? 0) | (fs.constants.O_NONBLOCK ?? 0);
+  let fd: number;
+  try {
+    fd = fs.openSync(realPath, flags);
+  } catch (e) {
+    const code = errnoCode(e);
+    return { ok: false, reason: code === 'ELOOP' ? 'reached through a symlink that changed while being read' : `the file cannot be read (${code ?? 'error'})` };
+  }
+  try {
+    const st = fs.fstatSync(fd);
+    if (!st.isFile()) return { ok: false, reason: 'not a regular file' };
+    if (st.size > MAX_AGENT_FILE_BYTES) return { ok: false, reason: `the file is ${st.size} bytes, over the ${MAX_AGENT_FILE_BYTES / 1024} KiB limit` };
+    // Read at most one byte past the limit, so a file growing after fstat is still caught and memory stays bounded.
+    const buf = Buffer.alloc(MAX_AGENT_FILE_BYTES + 1);
+    let length = 0;
+    for (;;) {
+      const n = fs.readSync(fd, buf, length, buf.length - length, null);
+      if (n === 0) break;
+      length += n;
+      if (length === buf.length) return { ok: false, reason: `the file is over the ${MAX_AGENT_FILE_BYTES / 1024} KiB limit` };
+    }
+    return { ok: true, bytes: buf.subarray(0, length), realPath };
+  } catch (e) {
+    return { ok: false, reason: `the file cannot be read (${errnoCode(e) ?? 'error'})` };
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+function realpathOrNull(p: string): string | null {
+  try {
+    return fs.realpathSync(p);
+  } catch {
+    return null;
+  }
+}
+
+/** `child` is `parent` or below it (both absolute and resolved). */
+function isInside(parent: string, child: string): boolean {
+  const rel = path.relative(parent, child);
+  return rel === '' || (!rel.startsWith('..' + path.sep) && rel !== '..' && !path.isAbsolute(rel));
+}

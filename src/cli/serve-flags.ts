@@ -1,0 +1,30 @@
+import { parseArgs } from 'node:util';
+import { flagName } from '../config.js';
+
+/** Every SUBAGENTS_* setting's flag (`--max-active-runs 4`), plus repeatable `--root`. */
+export const SETTING_ENV_NAMES = [
+  'SUBAGENTS_HOME', 'SUBAGENTS_ROOTS', 'SUBAGENTS_TRUST', 'SUBAGENTS_MAX_ACTIVE_RUNS', 'SUBAGENTS_MAX_AGENTS',
+  'SUBAGENTS_MAX_SPAWNS_PER_RUN', 'SUBAGENTS_MAX_DEPTH', 'SUBAGENTS_DEFAULT_TIMEOUT_MS', 'SUBAGENTS_MAX_TIMEOUT_MS',
+  'SUBAGENTS_KILL_GRACE_MS', 'SUBAGENTS_SESSION_ID', 'SUBAGENTS_AGENTS_PATH', 'SUBAGENTS_PASS_ENV', 'SUBAGENTS_MAX_WAIT_MS',
+  'SUBAGENTS_HANDSHAKE_TIMEOUT_MS', 'SUBAGENTS_MAX_OUTPUT_BYTES',
+];
+
+export function settingOptions(): Record<string, { type: 'string'; multiple?: boolean }> {
+  const o: Record<string, { type: 'string'; multiple?: boolean }> = { root: { type: 'string', multiple: true } };
+  for (const n of SETTING_ENV_NAMES) o[flagName(n).slice(2)] = { type: 'string' };
+  return o;
+}
+
+/** Parses setting flags into `{ '--max-active-runs': '4', '--root': [...] }`; unknown flags are an error for people. */
+export function parseServeFlags(args: string[]): Record<string, string | string[] | undefined> {
+  let values: Record<string, string | string[] | boolean | undefined>;
+  try {
+    ({ values } = parseArgs({ args, options: settingOptions(), strict: true, allowPositionals: false }));
+  } catch (e) {
+    process.stderr.write(`subagents-mcp: ${(e as Error).message}\nRun subagents-mcp --help for the options.\n`);
+    process.exit(2);
+  }
+  const out: Record<string, string | string[] | undefined> = {};
+  for (const [k, v] of Object.entries(values)) if (typeof v === 'string' || Array.isArray(v)) out[`--${k}`] = v as string | string[];
+  return out;
+}

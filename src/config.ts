@@ -1,0 +1,116 @@
+import os from 'node:os';
+import path from 'node:path';
+
+/** Where a setting's value came from; `doctor` shows it. */
+export type SettingSource = 'default' | 'env' | 'flag';
+
+export interface Settings {
+  home: string;
+  /** Roots from SUBAGENTS_ROOTS / --root; null means "the client's MCP roots, else the working directory". */
+  explicitRoots: string[] | null;
+  trust: string[];
+  maxActiveRuns: number;
+  maxAgents: number;
+  maxSpawnsPerRun: number;
+  maxDepth: number;
+  defaultTimeoutMs: number;
+  maxTimeoutMs: number;
+  killGraceMs: number;
+  sessionId: string | null;
+  agentsPath: string[];
+  passEnv: string[];
+  maxWaitMs: number;
+  handshakeTimeoutMs: number;
+  /** Bytes of one step's output kept on disk; the rest is counted, not stored. */
+  maxOutputBytes: number;
+  bins: Record<string, string>;
+  cwd: string;
+  sources: Record<string, SettingSource>;
+}
+
+export const DEFAULT_PASS_ENV = ['LC_*', 'TZ', 'XDG_*', 'HTTP_PROXY', 'HTTPS_PROXY', 'NO_PROXY', 'ALL_PROXY',
+  'NODE_EXTRA_CA_CERTS', 'SSL_CERT_FILE', 'SSL_CERT_DIR'];
+
+interface NumberSetting { key: keyof Settings; env: string; def: number; min: number; max?: number }
+const NUMBERS: NumberSetting[] = [
+  { key: 'maxActiveRuns', env: 'SUBAGENTS_MAX_ACTIVE_RUNS', def: 8, min: 0 },
+  { key: 'maxAgents', env: 'SUBAGENTS_MAX_AGENTS', def: 16, min: 1 },
+  { key: 'maxSpawnsPerRun', env: 'SUBAGENTS_MAX_SPAWNS_PER_RUN', def: 64, min: 1 },
+  { key: 'maxDepth', env: 'SUBAGENTS_MAX_DEPTH', def: 3, min: 1, max: 32 },
+  { key: 'defaultTimeoutMs', env: 'SUBAGENTS_DEFAULT_TIMEOUT_MS', def: 3_600_000, min: 100 },
+  { key: 'maxTimeoutMs', env: 'SUBAGENTS_MAX_TIMEOUT_MS', def: 14_400_000, min: 100 },
+  { key: 'killGraceMs', env: 'SUBAGENTS_KILL_GRACE_MS', def: 5_000, min: 0, max: 600_000 },
+  { key: 'maxWaitMs', env: 'SUBAGENTS_MAX_WAIT_MS', def: 45_000, min: 0, max: 3_600_000 },
+  { key: 'handshakeTimeoutMs', env: 'SUBAGENTS_HANDSHAKE_TIMEOUT_MS', def: 10_000, min: 100, max: 600_000 },
+  { key: 'maxOutputBytes', env: 'SUBAGENTS_MAX_OUTPUT_BYTES', def: 64 * 1024 * 1024, min: 1024 },
+];
+
+/** Each env variable's flag: SUBAGENTS_MAX_ACTIVE_RUNS → --max-active-runs. */
+export function flagName(envName: string): string {
+  return '--' + envName.replace(/^SUBAGENTS_/, '').toLowerCase().replace(/_/g, '-');
+}
+
+export class ConfigError extends Error {}
+
+function splitList(value: string, delimiter: string): string[] {
+  return value.split(delimiter).map((s) => s.trim()).filter(Boolean);
+}
+
+/**
+ * Reads every setting from flags (which win) and the environment. Throws ConfigError with a message for people
+ * when a value is malformed: a server must not start on a limit it misread.
+ */
+export function loadSettings(env: NodeJS.ProcessEnv, flags: Record<string, string | string[] | undefined> = {}, cwd = process.cwd()): Settings {
+  const sources: Record<string, SettingSource> = {};
+  const pick = (key: string, envName: string): string | undefined => {
+    const f = flags[flagName(envName)];
+    const flagValue = Array.isArray(f) ? f.join(path.delimiter) : f;
+    if (flagValue !== undefined) { sources[key] = 'flag'; return flagValue; }
+    const e = env[envName];
+    if (e !== undefined && e !== '') { sources[key] = 'env'; return e; }
+    sources[key] = 'default';
+    return undefined;
+  };
+  const out: Partial<Settings> = {};
+  for (const n of NUMBERS) {
+    const raw = pick(n.key, n.env);
+    let value = n.def;
+    if (raw !== undefined) {
+      if (!/^\d+$/.test(raw.trim())) throw new ConfigError(`${n.env} must be a whole number, got ${JSON.stringify(raw.slice(0, 40))}`);
+      value = Number(raw.trim());
+      if (value < n.min || (n.max !== undefined && value > n.max)) {
+        throw new ConfigError(`${n.env} must be between ${n.min} and ${n.max ?? 'any'}, got ${value}`);
+      }
+    }
+    (out as Record<string, number>)[n.key] = value;
+  }
+  const homeRaw = pick('home', 'SUBAGENTS_HOME');
+  const xdg = env.XDG_STATE_HOME;
+  const userHome = env.HOME || os.homedir();
+  const home = homeRaw ?? (xdg ? path.join(xdg, 'subagents-mcp') : path.join(userHome, '.local', 'state', 'subagents-mcp'));
+  const rootsRaw = pick('roots', 'SUBAGENTS_ROOTS') ?? (flags['--root'] !== undefined ? [flags['--root']].flat().join(path.delimiter) : undefined);
+  if (flags['--root'] !== undefined) sources.roots = 'flag';
+  const sessionId = pick('sessionId', 'SUBAGENTS_SESSION_ID') ?? null;
+  if (sessionId !== null && (sessionId.length < 16 || sessionId.length > 128 || !/^[A-Za-z0-9_.:-]+$/.test(sessionId))) {
+    throw new ConfigError('SUBAGENTS_SESSION_ID must be 16 to 128 characters of A-Z a-z 0-9 _ . : -');
+  }
+  const passEnvRaw = pick('passEnv', 'SUBAGENTS_PASS_ENV');
+  const settings: Settings = {
+    ...(out as Settings),
+    home: path.resolve(cwd, homeRaw !== undefined ? home : home),
+    explicitRoots: rootsRaw !== undefined ? splitList(rootsRaw, path.delimiter).map((r) => path.resolve(cwd, r)) : null,
+    trust: splitList(pick('trust', 'SUBAGENTS_TRUST') ?? '', path.delimiter).map((r) => path.resolve(cwd, r)),
+    sessionId,
+    agentsPath: splitList(pick('agentsPath', 'SUBAGENTS_AGENTS_PATH') ?? '', path.delimiter).map((r) => path.resolve(cwd, r)),
+    passEnv: [...DEFAULT_PASS_ENV, ...(passEnvRaw ? passEnvRaw.split(/[\s,]+/).filter(Boolean) : [])],
+    bins: {},
+    cwd,
+    sources,
+  };
+  if (settings.defaultTimeoutMs > settings.maxTimeoutMs) settings.defaultTimeoutMs = settings.maxTimeoutMs;
+  for (const [k, v] of Object.entries(env)) {
+    const m = /^SUBAGENTS_BIN_([A-Z]+)$/.exec(k);
+    if (m && v) settings.bins[m[1]!.toLowerCase()] = v;
+  }
+  return settings;
+}

@@ -1,0 +1,19 @@
+#!/usr/bin/env node
+/**
+ * The bin entry. `serve` (or no command) speaks MCP on stdio; the other commands are for people at a terminal.
+ * Each command's module is imported only when used, so the server starts without loading the CLI's code.
+ */
+import { packageVersion } from './version.js';
+
+const argv = process.argv.slice(2);
+const first = argv[0];
+
+if (first === undefined || first === 'serve' || (first.startsWith('--') && first !== '--help' && first !== '-h' && first !== '--version' && first !== '-V')) {
+  const { serve } = await import('./mcp/serve.js');
+  const { parseServeFlags } = await import('./cli/serve-flags.js');
+  const rest = first === 'serve' ? argv.slice(1) : argv;
+  await serve(parseServeFlags(rest), packageVersion());
+} else {
+  const { runCli } = await import('./cli/program.js');
+  process.exitCode = await runCli(argv, packageVersion());
+}

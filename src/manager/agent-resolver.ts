@@ -1,0 +1,69 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { adapterFor } from '../agents/adapters/index.js';
+import { expandAgentDir } from '../agents/adapters/command.js';
+import { loadCatalog, type Catalog } from '../agents/catalog.js';
+import { resolveBin } from '../agents/resolve-bin.js';
+import type { AgentDefinition, FrozenAgent } from '../agents/types.js';
+import { SubagentError } from '../errors.js';
+import { readJsonFile } from '../store/json-file.js';
+import { writeFileAtomic } from '../store/atomic-write.js';
+import { BUNDLED_AGENTS_DIR, type ManagerContext } from './context.js';
+
+/** Where a backend's executable is, or why it is unusable. */
+export function locateBackend(def: AgentDefinition, ctx: Pick<ManagerContext, 'settings' | 'env'>): { bin: string | null; problem: string | null } {
+  const adapter = adapterFor(def.backend);
+  if (!adapter) return { bin: null, problem: `backend ${def.backend} is not supported by this build` };
+  if (def.backend === 'command') {
+    const argv0 = expandAgentDir(def.command?.[0] ?? '', def.path);
+    const bin = resolveBin(argv0, { pathEnv: ctx.env.PATH });
+    return bin ? { bin, problem: null } : { bin: null, problem: `command ${path.basename(argv0)} was not found or is not executable` };
+  }
+  const override = ctx.settings.bins[def.backend];
+  const bin = resolveBin(adapter.binName, { override, pathEnv: ctx.env.PATH });
+  if (bin) return { bin, problem: null };
+  return {
+    bin: null,
+    problem: override
+      ? `SUBAGENTS_BIN_${def.backend.toUpperCase()} does not name an executable file`
+      : `the ${adapter.binName} CLI was not found on PATH; install it or set SUBAGENTS_BIN_${def.backend.toUpperCase()} to its absolute path`,
+  };
+}
+
+/** The catalog a launch resolves agents from. Nested launches use the snapshot their tree's root froze. */
+export function catalogFor(ctx: ManagerContext): Map<string, AgentDefinition> {
+  if (ctx.nesting) {
+    const snap = readJsonFile<AgentDefinition[]>(catalogSnapshotFile(ctx, ctx.nesting.rootRunId));
+    // A child cannot add agents by writing files: only what the root server resolved exists.
+    return new Map((snap ?? []).map((d) => [d.name, d]));
+  }
+  return loadCatalog({ settings: ctx.settings, bundledDir: BUNDLED_AGENTS_DIR }).agents;
+}
+
+export function loadFullCatalog(ctx: Pick<ManagerContext, 'settings'>): Catalog {
+  return loadCatalog({ settings: ctx.settings, bundledDir: BUNDLED_AGENTS_DIR });
+}
+
+export function catalogSnapshotFile(ctx: Pick<ManagerContext, 'store'>, rootRunId: string): string {
+  return path.join(ctx.store.paths(rootRunId).dir, 'catalog.json');
+}
+
+export function writeCatalogSnapshot(ctx: ManagerContext, rootRunId: string, agents: Map<string, AgentDefinition>): void {
+  writeFileAtomic(catalogSnapshotFile(ctx, rootRunId), JSON.stringify([...agents.values()]));
+}
+
+/** Freezes one agent for a step: the definition as read now, and its resolved executable. */
+export function freezeAgent(ctx: ManagerContext, catalog: Map<string, AgentDefinition>, name: string): FrozenAgent {
+  const def = catalog.get(name);
+  if (!def) {
+    const known = [...catalog.keys()].sort().slice(0, 20).join(', ') || 'none';
+    throw new SubagentError('UNKNOWN_AGENT', `no agent named ${JSON.stringify(name.slice(0, 64))}; known agents: ${known}. Call the agents tool to list them.`);
+  }
+  const { bin, problem } = locateBackend(def, ctx);
+  if (!bin) throw new SubagentError('AGENT_UNAVAILABLE', `agent ${def.name} (backend ${def.backend}) cannot run here: ${problem}.`);
+  return { ...def, bin };
+}
+
+export function fileExists(p: string): boolean {
+  try { return fs.statSync(p).isFile(); } catch { return false; }
+}

@@ -1,0 +1,65 @@
+import { SubagentError } from '../errors.js';
+import { withLedger } from '../store/ledger.js';
+import { isTerminalRun } from '../store/run-types.js';
+import { catalogFor } from './agent-resolver.js';
+import type { ManagerContext } from './context.js';
+import { buildSteps, claimPaths, type ChainEntryInput } from './launch.js';
+import { requireVisible } from './listing.js';
+import { countPendingAppends } from './status-view.js';
+import { freshStatus } from './run-status.js';
+import { loadFullCatalog } from './agent-resolver.js';
+
+export interface AppendResult {
+  runId: string;
+  stepIndex: number;
+  pendingAppends: number;
+  fanout: { used: number; limit: number; remaining: number };
+}
+
+/**
+ * SPEC §4.3. The decision and the durable write happen under the run's lock, the same lock under which the runner
+ * commits the chain's end: an append is either recorded before that commit (and then runs, or ends visibly as
+ * skipped/cancelled) or refused with RUN_NOT_ACTIVE. The fan-out claim is taken in the same critical section.
+ */
+export async function appendStep(ctx: ManagerContext, runId: string, entry: ChainEntryInput): Promise<AppendResult> {
+  const meta = requireVisible(ctx, runId);
+  const record = ctx.store.readRecord(runId)!;
+  if (record.mode !== 'chain') {
+    throw new SubagentError('NOT_A_CHAIN', `run ${runId} is a ${record.mode} run; only chains take appended steps. Launch a new run instead.`);
+  }
+  const pre = await freshStatus(ctx, runId);
+  if (isTerminalRun(pre.state)) throw notActive(runId, pre.state);
+  // Top-level chains take the catalog as it is now; nested ones only what their tree's root froze.
+  const catalog = meta.depth === 0 && !ctx.nesting ? loadFullCatalog(ctx).agents : catalogFor(ctx);
+  const [step] = buildSteps(ctx, catalog, [entry]);
+  return ctx.store.withRunLock(runId, async () => {
+    const status = ctx.store.readStatus(runId)!;
+    if (isTerminalRun(status.state)) throw notActive(runId, status.state);
+    const appends = ctx.store.readAppends(runId);
+    const seq = (appends.at(-1)?.seq ?? 0) + 1;
+    const stepIndex = record.steps.length + seq - 1;
+    const paths = claimPaths([step!], stepIndex);
+    const fanout = await withLedger(ctx.layout, (l) => {
+      const tree = l.trees[record.rootRunId];
+      if (!tree) throw notActive(runId, status.state);
+      const remaining = tree.limit - tree.used;
+      if (paths.length > remaining) {
+        throw new SubagentError('FANOUT_EXHAUSTED', `the run tree's fan-out budget has ${remaining} of ${tree.limit} agent starts left and this step needs ${paths.length}; ${paths[Math.max(0, remaining)]} does not fit.`);
+      }
+      tree.used += paths.length;
+      return { used: tree.used, limit: tree.limit, remaining: tree.limit - tree.used };
+    });
+    try {
+      ctx.store.writeAppend(runId, { seq, acceptedAt: new Date().toISOString(), step: step! });
+    } catch (e) {
+      await withLedger(ctx.layout, (l) => { const t = l.trees[record.rootRunId]; if (t) t.used = Math.max(0, t.used - paths.length); }).catch(() => {});
+      throw new SubagentError('INTERNAL', `could not record the appended step (${(e as NodeJS.ErrnoException).code ?? 'I/O error'}); nothing was appended.`);
+    }
+    ctx.store.event(runId, { type: 'appended', seq });
+    return { runId, stepIndex, pendingAppends: countPendingAppends(record, status, [...appends, { seq, acceptedAt: '', step: step! }]), fanout };
+  });
+}
+
+function notActive(runId: string, state: string): SubagentError {
+  return new SubagentError('RUN_NOT_ACTIVE', `run ${runId} is ${state}; its chain has ended and takes no more steps. Launch a new run with the step instead.`);
+}

@@ -1,0 +1,92 @@
+import type { ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import { SubagentError } from '../errors.js';
+import { isAlive, readIdentity, type ProcessIdentity } from '../process/identity.js';
+import { createFileExclusive } from '../store/atomic-write.js';
+import { readJsonFile } from '../store/json-file.js';
+import type { RunPaths } from '../store/layout.js';
+import type { RunStatus } from '../store/run-types.js';
+
+export type HandshakePhase = 'spawn' | 'ready' | 'bind' | 'proceed';
+
+export class HandshakeFailure extends Error {
+  constructor(readonly phase: HandshakePhase, readonly reason: string, readonly runner: ProcessIdentity | null) {
+    super(`${phase}: ${reason}`);
+  }
+}
+
+interface WaitOptions {
+  paths: RunPaths;
+  child: ChildProcess;
+  deadline: number;
+  signal: AbortSignal;
+}
+
+/**
+ * Waits until `ready()` returns a value, the runner exits, the deadline passes or the launch is aborted.
+ * Event-driven: fs.watch on the run directory plus the child's exit event, with a slow poll as the safety net.
+ */
+function waitFor<T>(o: WaitOptions, phase: HandshakePhase, ready: () => T | null): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    let done = false;
+    let watcher: fs.FSWatcher | undefined;
+    const cleanup = () => {
+      done = true;
+      clearTimeout(timer);
+      clearInterval(poll);
+      watcher?.close();
+      o.child.off('exit', onExit);
+      o.signal.removeEventListener('abort', onAbort);
+    };
+    const check = () => {
+      if (done) return;
+      let v: T | null = null;
+      try { v = ready(); } catch { v = null; }
+      if (v !== null) { cleanup(); resolve(v); }
+    };
+    const fail = (reason: string) => { if (!done) { cleanup(); reject(new HandshakeFailure(phase, reason, null)); } };
+    const onExit = (code: number | null, sig: string | null) => {
+      check();
+      fail(`the runner exited (${sig ? `signal ${sig}` : `code ${code}`}) before it ${phase === 'proceed' ? 'started the run' : 'reported ready'}`);
+    };
+    const onAbort = () => fail('the launch was cancelled or the server is shutting down');
+    const timer = setTimeout(() => { check(); fail('the handshake timed out (SUBAGENTS_HANDSHAKE_TIMEOUT_MS)'); }, Math.max(0, o.deadline - performance.now()));
+    const poll = setInterval(check, 200);
+    if (o.child.exitCode !== null || o.child.signalCode !== null) { onExit(o.child.exitCode, o.child.signalCode); return; }
+    o.child.once('exit', onExit);
+    if (o.signal.aborted) { onAbort(); return; }
+    o.signal.addEventListener('abort', onAbort, { once: true });
+    try {
+      watcher = fs.watch(o.paths.dir, () => check());
+      watcher.on('error', () => {});
+    } catch { /* poll only */ }
+    check();
+  });
+}
+
+/** Phase `spawn`→`ready`: the runner proves who it is (pid and start time of the process we started). */
+export async function awaitReady(o: WaitOptions): Promise<ProcessIdentity> {
+  const ready = await waitFor(o, 'spawn', () => readJsonFile<{ pid: number; startTime: string }>(o.paths.ready));
+  const actual = readIdentity(ready.pid);
+  if (ready.pid !== o.child.pid || !actual || actual.startTime !== ready.startTime) {
+    throw new HandshakeFailure('ready', 'the ready report does not match the runner process that was started', null);
+  }
+  return actual;
+}
+
+/** Phase `proceed`: tell the runner to start, and wait until it has claimed the start in status.json. */
+export async function proceedAndAwaitStart(o: WaitOptions, runner: ProcessIdentity): Promise<RunStatus> {
+  createFileExclusive(o.paths.proceed, JSON.stringify({ at: new Date().toISOString() }));
+  return waitFor(o, 'proceed', () => {
+    const s = readJsonFile<RunStatus>(o.paths.status);
+    if (!s || s.state === 'starting') {
+      if (!isAlive(runner)) throw new Error('runner gone');
+      return null;
+    }
+    return s;
+  });
+}
+
+export function handshakeError(f: HandshakeFailure): SubagentError {
+  return new SubagentError('HANDSHAKE_FAILED', `the run's runner failed at the ${f.phase} phase: ${f.reason}. No agent was started and nothing is held; retry the launch, and if it keeps failing run \`subagents-mcp doctor\`.`);
+}

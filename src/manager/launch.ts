@@ -1,0 +1,237 @@
+import fs from 'node:fs';
+import { randomBytes } from 'node:crypto';
+import { adapterFor } from '../agents/adapters/index.js';
+import { buildAgentEnv } from '../agents/agent-env.js';
+import type { AgentDefinition } from '../agents/types.js';
+import { SubagentError } from '../errors.js';
+import { newRunId } from '../ids.js';
+import { isAlive } from '../process/identity.js';
+import { spawnDetached } from '../process/spawn-detached.js';
+import { newStepStatus } from '../runner/step-status.js';
+import type { AgentTaskSpec, RunMode, RunRecord, RunStatus, StepSpec } from '../store/run-types.js';
+import { catalogFor, freezeAgent, writeCatalogSnapshot } from './agent-resolver.js';
+import { bindReservation, releaseReservation, reserve, type Reservation } from './capacity.js';
+import { RUNNER_MAIN, type ManagerContext } from './context.js';
+import { awaitReady, handshakeError, HandshakeFailure, proceedAndAwaitStart, type HandshakePhase } from './handshake.js';
+import { checkNesting } from './nesting.js';
+import { resolveRunCwd } from './roots.js';
+import { ownActiveRuns } from './listing.js';
+
+export interface AgentTaskInput { agent: string; task: string }
+export interface GroupInput { parallel: AgentTaskInput[]; concurrency?: number; failFast?: boolean }
+export type ChainEntryInput = AgentTaskInput | GroupInput;
+
+/** A launch as the tool layer hands it over: shape already checked, exactly one of single / parallel / chain. */
+export type LaunchInput = {
+  cwd?: string;
+  timeoutMs?: number;
+  label?: string;
+  model?: string;
+} & (
+  | { mode: 'single'; step: AgentTaskInput }
+  | { mode: 'parallel'; group: GroupInput }
+  | { mode: 'chain'; chain: ChainEntryInput[] }
+);
+
+export interface LaunchResult {
+  runId: string;
+  sessionId: string;
+  state: string;
+  mode: RunMode;
+  steps: Array<{ index: number; agent: string; state: string }>;
+  fanout: Reservation['fanout'];
+  capacity: Reservation['capacity'];
+}
+
+export const DEFAULT_CONCURRENCY = 4;
+
+/** Turns the input's steps into frozen step specs (agents resolved, models checked). */
+export function buildSteps(ctx: ManagerContext, catalog: Map<string, AgentDefinition>, entries: ChainEntryInput[], model?: string): StepSpec[] {
+  let modelUsed = model === undefined;
+  const task = (e: AgentTaskInput): AgentTaskSpec => {
+    const agent = freezeAgent(ctx, catalog, e.agent);
+    let m: string | undefined;
+    if (model !== undefined && agent.models?.includes(model)) { m = model; modelUsed = true; }
+    return { agent, task: e.task, ...(m ? { model: m } : {}) };
+  };
+  const steps = entries.map((e): StepSpec => ('parallel' in e
+    ? { kind: 'group', members: e.parallel.map(task), concurrency: e.concurrency ?? DEFAULT_CONCURRENCY, failFast: e.failFast ?? false }
+    : { kind: 'agent', ...task(e) }));
+  if (!modelUsed) {
+    throw new SubagentError('INVALID_INPUT', `model ${JSON.stringify(model!.slice(0, 64))} is not one of the models the launched agents allow (their \`models\` lists); omit model to use each agent's default.`);
+  }
+  return steps;
+}
+
+/** Agent processes a list of steps will start: one per agent step, one per group member. */
+export function claimPaths(steps: StepSpec[], offset = 0): string[] {
+  const out: string[] = [];
+  steps.forEach((s, i) => {
+    if (s.kind === 'agent') out.push(`step ${i + offset} (${s.agent.name})`);
+    else s.members.forEach((m, j) => out.push(`step ${i + offset} member ${j} (${m.agent.name})`));
+  });
+  return out;
+}
+
+/**
+ * SPEC §6, in order: validate and resolve → reserve capacity and claim fan-out under the ledger lock → write the
+ * run record → spawn the detached runner → ready → bind → proceed → answer. Any failure before proceed records the
+ * run failed/HANDSHAKE_FAILED, starts no agent, verifies the runner gone and returns what was reserved.
+ */
+export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signal: AbortSignal; onProgress?: (phase: string) => void }): Promise<LaunchResult> {
+  const { settings } = ctx;
+  if (process.platform === 'win32') throw new SubagentError('PLATFORM_UNSUPPORTED', 'launch needs Linux or macOS (process groups and detached runners); agents and doctor work on Windows.');
+  if (input.timeoutMs !== undefined && input.timeoutMs > settings.maxTimeoutMs) {
+    throw new SubagentError('INVALID_INPUT', `timeoutMs ${input.timeoutMs} is above the maximum of ${settings.maxTimeoutMs} ms (SUBAGENTS_MAX_TIMEOUT_MS).`);
+  }
+  // Nested: the secret must still be valid now (its step may have ended since this server started).
+  const nesting = ctx.nesting ? checkNesting(ctx.layout, ctx.nesting.parentRunId, ctx.nesting.secretHash) : null;
+  if (ctx.nesting && !nesting) throw new SubagentError('RUN_NOT_ACTIVE', 'the step that started this server has ended; nothing can be launched from it any more.');
+  const parentRecord = nesting ? ctx.store.readRecord(nesting.parentRunId) : null;
+  const rootRecord = nesting ? ctx.store.readRecord(nesting.rootRunId) : null;
+  const limits = rootRecord ? rootRecord.limits : { maxSpawns: settings.maxSpawnsPerRun, maxDepth: settings.maxDepth };
+  const depth = parentRecord ? parentRecord.depth + 1 : 0;
+  if (depth + 1 > limits.maxDepth) {
+    throw new SubagentError('DEPTH_EXCEEDED', `this run tree allows agents to depth ${limits.maxDepth} and a launch from here would start agents at depth ${depth + 1}; do the work in this agent instead of delegating.`);
+  }
+
+  const cwd = parentRecord && input.cwd === undefined ? parentRecord.cwd : resolveRunCwd(ctx, input.cwd);
+  const catalog = catalogFor(ctx);
+  const entries: ChainEntryInput[] = input.mode === 'single' ? [input.step] : input.mode === 'parallel' ? [input.group] : input.chain;
+  const steps = buildSteps(ctx, catalog, entries, input.model);
+  const paths = claimPaths(steps);
+  const runId = newRunId();
+  const rootRunId = nesting ? nesting.rootRunId : runId;
+
+  let reservation: Reservation;
+  try {
+    reservation = await reserve(ctx, { runId, claims: paths.length, claimPaths: paths, nested: nesting ? { rootRunId } : null, treeLimits: limits });
+  } catch (e) {
+    if (e instanceof SubagentError && e.code === 'CAPACITY_EXHAUSTED' && !nesting) {
+      const mine = ownActiveRuns(ctx).slice(0, 5);
+      const hint = mine.length
+        ? ` Your active runs: ${mine.join(', ')}; wait on one with status { runId, waitMs } (until: "terminal"), or cancel one.`
+        : ' None of them belong to this session; wait with status { waitMs } and retry.';
+      throw new SubagentError('CAPACITY_EXHAUSTED', `${e.message} in this state home (SUBAGENTS_MAX_ACTIVE_RUNS).${hint}`);
+    }
+    throw e;
+  }
+
+  const record: RunRecord = {
+    v: 1, runId, sessionId: ctx.sessionId, mode: input.mode, cwd, label: input.label ?? null,
+    createdAt: new Date().toISOString(), timeoutMs: input.timeoutMs ?? null,
+    defaultStepTimeoutMs: settings.defaultTimeoutMs, killGraceMs: settings.killGraceMs,
+    handshakeTimeoutMs: settings.handshakeTimeoutMs, maxOutputBytes: settings.maxOutputBytes, maxAgents: settings.maxAgents,
+    passEnv: settings.passEnv, umask: originalUmask(), depth, rootRunId, parentRunId: nesting?.parentRunId ?? null,
+    parentStepKey: nesting?.parentStepKey ?? null, limits, runToken: randomBytes(24).toString('base64url'),
+    server: ctx.server, steps,
+  };
+  const status: RunStatus = {
+    v: 1, runId, state: 'starting', error: null, startedAt: null, endedAt: null, updatedAt: record.createdAt,
+    runner: null, steps: steps.map((s, i) => newStepStatus(i, s)), appendsTaken: 0, survivors: [],
+  };
+  let runPaths;
+  try {
+    runPaths = ctx.store.create(record, status);
+    if (!nesting) writeCatalogSnapshot(ctx, runId, catalog);
+    else ctx.store.addChild(nesting.parentRunId, runId, nesting.parentStepKey);
+  } catch (e) {
+    await releaseReservation(ctx, runId, rootRunId, paths.length).catch(() => {});
+    removeQuietly(ctx.store.layout.runDir(runId));
+    if (e instanceof SubagentError) throw e;
+    throw new SubagentError('INTERNAL', `could not write the run record (${(e as NodeJS.ErrnoException).code ?? 'I/O error'}) in the state home; nothing was started. Check free space and permissions of ${settings.home}.`);
+  }
+
+  o.onProgress?.('spawn');
+  const child = spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env: runnerEnv(ctx, steps), logFile: runPaths.runnerLog });
+  const deadline = performance.now() + settings.handshakeTimeoutMs;
+  const wait = { paths: runPaths, child, deadline, signal: o.signal };
+  let phase: HandshakePhase = 'spawn';
+  let runner = null;
+  try {
+    runner = await awaitReady(wait);
+    phase = 'bind';
+    o.onProgress?.('ready');
+    if (!nesting) await bindReservation(ctx, runId, runner);
+    phase = 'proceed';
+    const started = await proceedAndAwaitStart(wait, runner);
+    if (started.state !== 'running' && started.state !== 'completed') throw new HandshakeFailure('proceed', `the run became ${started.state} at its start`, runner);
+    o.onProgress?.('started');
+  } catch (e) {
+    const failure = e instanceof HandshakeFailure ? e : new HandshakeFailure(phase, e instanceof Error ? e.message : 'unknown failure', runner);
+    const outcome = await abandonLaunch(ctx, runId, failure, child.pid ?? null, runner);
+    if (outcome === 'started') return result(ctx, runId, input.mode, reservation);
+    await releaseReservation(ctx, runId, rootRunId, paths.length).catch(() => {});
+    throw handshakeError(failure);
+  }
+  ctx.store.event(runId, { type: 'launched', runnerPid: runner.pid });
+  return result(ctx, runId, input.mode, reservation);
+}
+
+function result(ctx: ManagerContext, runId: string, mode: RunMode, r: Reservation): LaunchResult {
+  const s = ctx.store.readStatus(runId)!;
+  const steps = mode === 'parallel'
+    ? (s.steps[0]!.members ?? []).map((m) => ({ index: m.index, agent: m.agent, state: m.state }))
+    : s.steps.map((st) => ({ index: st.index, agent: st.agent, state: st.state }));
+  return { runId, sessionId: ctx.sessionId, state: s.state, mode, steps, fanout: r.fanout, capacity: r.capacity };
+}
+
+/**
+ * Records the failed handshake (compare-and-set under the run lock: if the runner claimed the start first, the run
+ * is live and the launch succeeded after all), then makes sure the runner is gone.
+ */
+async function abandonLaunch(ctx: ManagerContext, runId: string, f: HandshakeFailure, childPid: number | null, runner: { pid: number; startTime: string } | null): Promise<'started' | 'failed'> {
+  const s = await ctx.store.update(runId, (cur) => (cur.state === 'starting'
+    ? { ...cur, state: 'failed', endedAt: new Date().toISOString(), error: { code: 'HANDSHAKE_FAILED', message: `the runner failed at the ${f.phase} phase: ${f.reason}` },
+      steps: cur.steps.map((st) => ({ ...st, state: 'skipped', members: st.members?.map((m) => ({ ...m, state: 'skipped' as const })) })) }
+    : null), { durable: true }).catch(() => null);
+  if (s && s.state === 'running') return 'started';
+  ctx.store.event(runId, { type: 'handshake-failed', phase: f.phase });
+  // The runner never started an agent (the start is claimed under the lock we just used); stop it and verify.
+  const pid = runner?.pid ?? childPid;
+  if (pid) {
+    try { process.kill(-pid, 'SIGKILL'); } catch { /* already gone */ }
+    const end = performance.now() + 2000;
+    while (performance.now() < end) {
+      const alive = runner ? isAlive(runner) : processExists(pid);
+      if (!alive) break;
+      await new Promise((r) => setTimeout(r, 20));
+    }
+  }
+  return 'failed';
+}
+
+function processExists(pid: number): boolean {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return !/\) Z /.test(stat);
+  } catch {
+    try { process.kill(pid, 0); return process.platform !== 'linux'; } catch { return false; }
+  }
+}
+
+function removeQuietly(dir: string): void {
+  try { fs.rmSync(dir, { recursive: true, force: true }); } catch { /* best effort */ }
+}
+
+/**
+ * The runner's environment: only what its agents may receive (the allowlist, pass-through, the backends'
+ * credentials, the agents' named variables), never the rest of the server's environment.
+ */
+function runnerEnv(ctx: ManagerContext, steps: StepSpec[]): Record<string, string> {
+  const credentialEnv = new Set<string>();
+  const agentEnv = new Set<string>();
+  const each = (a: AgentTaskSpec) => {
+    for (const n of adapterFor(a.agent.backend)?.credentialEnv ?? []) credentialEnv.add(n);
+    for (const n of a.agent.env) agentEnv.add(n);
+  };
+  for (const s of steps) if (s.kind === 'agent') each(s); else s.members.forEach(each);
+  const env = buildAgentEnv({ source: ctx.env, passEnv: ctx.settings.passEnv, credentialEnv: [...credentialEnv], agentEnv: [...agentEnv], extra: {} });
+  if (ctx.env.SUBAGENTS_TEST_FAULT) env.SUBAGENTS_TEST_FAULT = ctx.env.SUBAGENTS_TEST_FAULT;
+  return env;
+}
+
+let umaskAtStart: number | null = null;
+/** The user's umask as it was before the server switched to 077. */
+export function setOriginalUmask(mask: number): void { umaskAtStart = mask; }
+function originalUmask(): number { return umaskAtStart ?? 0o022; }

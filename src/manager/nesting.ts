@@ -1,0 +1,56 @@
+import { createHash } from 'node:crypto';
+import fs from 'node:fs';
+import { isRunId } from '../ids.js';
+import type { Layout } from '../store/layout.js';
+import { readJsonFile } from '../store/json-file.js';
+import { RunStore } from '../store/run-store.js';
+import { isTerminalRun, type RunRecord } from '../store/run-types.js';
+
+/** A server started by an agent of a running step: its launches join that step's run tree. */
+export interface NestingContext {
+  parentRunId: string;
+  parentStepKey: string;
+  rootRunId: string;
+  /** The parent run's depth; a nested run is one deeper. */
+  parentDepth: number;
+  secretHash: string;
+}
+
+/**
+ * Validates SUBAGENTS_BUDGET against the hashes the parent's runner stored for its running steps. Anything invalid
+ * or expired yields null: the server is then top-level (SPEC §4.8), and no error reveals why.
+ */
+export function resolveNesting(env: NodeJS.ProcessEnv, layout: Layout): NestingContext | null {
+  const secret = env.SUBAGENTS_BUDGET;
+  const parentRunId = env.SUBAGENTS_PARENT_RUN_ID;
+  if (!secret || !parentRunId || !isRunId(parentRunId) || secret.length < 22) return null;
+  const secretHash = createHash('sha256').update(secret).digest('hex');
+  return checkNesting(layout, parentRunId, secretHash);
+}
+
+/** Re-checked at every nested launch: the secret is only good while its step runs. */
+export function checkNesting(layout: Layout, parentRunId: string, secretHash: string): NestingContext | null {
+  try {
+    const store = new RunStore(layout);
+    const paths = store.paths(parentRunId);
+    if (!fs.existsSync(paths.budgetFile(secretHash))) return null;
+    const grant = readJsonFile<{ stepKey: string }>(paths.budgetFile(secretHash));
+    const record = readJsonFile<RunRecord>(paths.record);
+    const status = store.readStatus(parentRunId);
+    if (!grant || !record || !status || isTerminalRun(status.state)) return null;
+    const step = findStep(status.steps, grant.stepKey);
+    if (!step || step.state !== 'running') return null;
+    return { parentRunId, parentStepKey: grant.stepKey, rootRunId: record.rootRunId, parentDepth: record.depth, secretHash };
+  } catch {
+    return null;
+  }
+}
+
+function findStep<T extends { key: string; members?: T[] }>(steps: T[], key: string): T | undefined {
+  for (const s of steps) {
+    if (s.key === key) return s;
+    const m = s.members?.find((x) => x.key === key);
+    if (m) return m;
+  }
+  return undefined;
+}

@@ -1,0 +1,92 @@
+import { isAlive, type ProcessIdentity } from '../process/identity.js';
+import { findRunProcesses, terminateProcesses } from '../process/terminate.js';
+import { readTail } from '../runner/agent-process.js';
+import { writeFileAtomic } from '../store/atomic-write.js';
+import { readJsonFile } from '../store/json-file.js';
+import { withLedger } from '../store/ledger.js';
+import { isTerminalRun, isTerminalStep, type RunStatus, type StepError, type StepStatus } from '../store/run-types.js';
+import type { ManagerContext } from './context.js';
+
+const inflight = new Map<string, Promise<void>>();
+
+/**
+ * SPEC §6 reconciliation of one run: a non-terminal run whose runner is gone (dead, zombie, or its pid now another
+ * process) becomes failed/RUNNER_LOST after its leftovers (found by group and run token, identity-checked) are
+ * stopped; a launch whose server died before the start becomes failed/HANDSHAKE_FAILED. Concurrent callers share one pass.
+ */
+export function reconcileRun(ctx: ManagerContext, runId: string): Promise<void> {
+  const running = inflight.get(runId);
+  if (running) return running;
+  const p = reconcileOnce(ctx, runId).catch(() => {}).finally(() => inflight.delete(runId));
+  inflight.set(runId, p);
+  return p;
+}
+
+async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> {
+  const status = ctx.store.readStatus(runId);
+  if (!status || isTerminalRun(status.state)) return;
+  const record = ctx.store.readRecord(runId);
+  if (!record) return;
+  const paths = ctx.store.paths(runId);
+  if (status.state === 'starting') {
+    if (isAlive(record.server)) return; // its launcher is still handshaking (and will record any failure itself)
+    const ready = readJsonFile<ProcessIdentity>(paths.ready);
+    if (ready && isAlive(ready)) {
+      // It may be just claiming the start; if it wins the lock, the run is live and the CAS below does nothing.
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const after = await ctx.store.update(runId, (cur) => (cur.state === 'starting'
+      ? ended(cur, 'failed', { code: 'HANDSHAKE_FAILED', message: 'the launching server ended before the run started; no agent was started' })
+      : null), { durable: true });
+    if (after.state === 'failed' && ready && isAlive(ready)) {
+      await terminateProcesses(() => findRunProcesses({ pgids: [ready.pid] }), 0);
+    }
+    if (after.state === 'failed') await releaseLedger(ctx, runId, record.depth === 0, record.rootRunId, true, status);
+    return;
+  }
+  if (isAlive(status.runner)) return;
+  const runner = status.runner!;
+  const find = () => findRunProcesses({ pgids: [runner.pid], token: record.runToken, exclude: [process.pid] });
+  const term = await terminateProcesses(find, record.killGraceMs);
+  const tail = readTail(paths.runnerLog, 2048);
+  const after = await ctx.store.update(runId, (cur) => {
+    const next = ended(cur, 'failed', { code: 'RUNNER_LOST', message: `the runner (pid ${runner.pid}) ended without finishing the run; its agents were stopped` });
+    next.runnerLogTail = tail;
+    next.survivors = term.survivors.map((p) => ({ pid: p.pid, startTime: p.startTime }));
+    return next;
+  }, { durable: true });
+  ctx.store.event(runId, { type: 'reconciled', state: after.state, error: after.error?.code ?? null });
+  // Nested runs of a lost run end too.
+  for (const c of ctx.store.children(runId)) {
+    try { writeFileAtomic(ctx.store.paths(c.runId).cancelRequest, JSON.stringify({ at: new Date().toISOString(), reason: 'PARENT_ENDED' })); } catch { /* gone */ }
+  }
+  if (term.survivors.length === 0) await releaseLedger(ctx, runId, record.depth === 0, record.rootRunId, false, after);
+}
+
+function ended(cur: RunStatus, state: 'failed' | 'cancelled', error: StepError): RunStatus {
+  const close = (s: StepStatus): StepStatus => ({
+    ...s,
+    state: isTerminalStep(s.state) ? s.state : s.state === 'running' ? 'failed' : 'skipped',
+    endedAt: isTerminalStep(s.state) ? s.endedAt : s.state === 'running' ? new Date().toISOString() : null,
+    members: s.members?.map(close),
+  });
+  return { ...cur, state, error, endedAt: new Date().toISOString(), steps: cur.steps.map(close) };
+}
+
+/** Returns the slot, this run's agent slots and (when nothing started) its claims. */
+async function releaseLedger(ctx: ManagerContext, runId: string, topLevel: boolean, rootRunId: string, refundAll: boolean, status: RunStatus): Promise<void> {
+  let unstarted = 0;
+  for (const st of status.steps) {
+    if (st.members) unstarted += st.members.filter((m) => m.startedAt === null).length;
+    else if (st.startedAt === null) unstarted++;
+  }
+  await withLedger(ctx.layout, (l) => {
+    for (const key of Object.keys(l.agents)) if (key.startsWith(`${runId}:`)) delete l.agents[key];
+    const tree = l.trees[rootRunId];
+    if (tree) tree.used = Math.max(0, tree.used - (refundAll ? unstarted : unstarted));
+    if (topLevel) {
+      delete l.roots[runId];
+      delete l.trees[runId];
+    }
+  }).catch(() => {});
+}

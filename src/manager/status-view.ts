@@ -1,0 +1,216 @@
+import fs from 'node:fs';
+import { readTail } from '../runner/agent-process.js';
+import type { RunPaths } from '../store/layout.js';
+import { isTerminalRun, type AppendRecord, type RunRecord, type RunStatus, type StepSpec, type StepStatus } from '../store/run-types.js';
+import { newStepStatus } from '../runner/step-status.js';
+import { fanoutSnapshot } from './capacity.js';
+import type { ManagerContext } from './context.js';
+import { isVisible, readMeta } from './listing.js';
+
+export const DEFAULT_OUTPUT_BYTES = 8 * 1024;
+export const MAX_OUTPUT_BYTES = 64 * 1024;
+const STDERR_TAIL_BYTES = 512;
+
+export interface TextView { text: string; bytes: number; truncated: boolean }
+
+export interface StepView {
+  index: number;
+  agent: string;
+  state: string;
+  exitCode: number | null;
+  signal: string | null;
+  startedAt: string | null;
+  endedAt: string | null;
+  pid: number | null;
+  output: TextView;
+  stderrTail?: string;
+  usage: Record<string, number> | null;
+  costUsd: number | null;
+  error: { code: string; message: string } | null;
+  children: string[];
+  members?: StepView[];
+}
+
+export interface RunView {
+  runId: string;
+  sessionId: string;
+  state: string;
+  mode: string;
+  label: string | null;
+  cwd: string;
+  createdAt: string;
+  startedAt: string | null;
+  endedAt: string | null;
+  durationMs: number | null;
+  lastActivityAt: string;
+  error: { code: string; message: string } | null;
+  steps: StepView[];
+  output: TextView & { uri: string };
+  fanout: { used: number; limit: number; remaining: number };
+  pendingAppends: number;
+  adopted: boolean;
+  dismissed: boolean;
+  runnerPid: number | null;
+  runnerLogTail?: string;
+  survivors?: number[];
+}
+
+export interface RunSummary {
+  runId: string;
+  sessionId: string;
+  state: string;
+  mode: string;
+  label: string | null;
+  agents: string[];
+  createdAt: string;
+  endedAt: string | null;
+  error: { code: string; message: string } | null;
+  adopted: boolean;
+  dismissed: boolean;
+}
+
+/**
+ * Reads `bytes` of a text file as head + tail around an omission marker, with the real size; the model sees a
+ * bounded, delimited slice and the rest stays behind the output resource.
+ */
+export function boundedText(file: string, budget: number): TextView {
+  let size = 0;
+  try { size = fs.statSync(file).size; } catch { return { text: '', bytes: 0, truncated: false }; }
+  if (size <= budget) {
+    try { return { text: fs.readFileSync(file, 'utf8'), bytes: size, truncated: false }; } catch { return { text: '', bytes: 0, truncated: false }; }
+  }
+  const half = Math.max(0, Math.floor(budget / 2));
+  const fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+  try {
+    const head = Buffer.alloc(half);
+    fs.readSync(fd, head, 0, half, 0);
+    const tail = Buffer.alloc(half);
+    fs.readSync(fd, tail, 0, half, size - half);
+    const text = `${head.toString('utf8')}\n…[${size - 2 * half} of ${size} bytes omitted; read the output resource for all of it]…\n${tail.toString('utf8')}`;
+    return { text, bytes: size, truncated: true };
+  } finally {
+    fs.closeSync(fd);
+  }
+}
+
+/** Appended steps the runner has not taken yet, shown as pending (or skipped once the run has ended). */
+function untakenAppends(record: RunRecord, status: RunStatus, appends: AppendRecord[]): StepStatus[] {
+  const base = record.steps.length + status.appendsTaken;
+  return appends.filter((a) => a.seq > status.appendsTaken).map((a, i) => {
+    const st = newStepStatus(base + i, a.step as StepSpec);
+    st.appendSeq = a.seq;
+    if (isTerminalRun(status.state)) {
+      st.state = 'skipped';
+      for (const m of st.members ?? []) m.state = 'skipped';
+    }
+    return st;
+  });
+}
+
+export function countPendingAppends(record: RunRecord, status: RunStatus, appends: AppendRecord[]): number {
+  const untaken = untakenAppends(record, status, appends).filter((s) => s.state === 'pending').length;
+  return untaken + status.steps.filter((s) => s.appendSeq !== null && s.state === 'pending').length;
+}
+
+function lastActivity(paths: RunPaths, status: RunStatus): string {
+  let t = Date.parse(status.updatedAt) || 0;
+  for (const f of [paths.events, paths.outDir]) {
+    try { t = Math.max(t, fs.statSync(f).mtimeMs); } catch { /* absent */ }
+  }
+  return new Date(t).toISOString();
+}
+
+/** The full status of one run (SPEC §4.2), inline text bounded by `outputBytes` across the whole result. */
+export function renderRun(ctx: ManagerContext, record: RunRecord, status: RunStatus, outputBytes = DEFAULT_OUTPUT_BYTES): RunView {
+  const paths = ctx.store.paths(record.runId);
+  const appends = ctx.store.readAppends(record.runId);
+  let steps = [...status.steps, ...untakenAppends(record, status, appends)];
+  const children = ctx.store.children(record.runId);
+  const flat = (list: StepStatus[]): StepStatus[] => list.flatMap((s) => (s.members ? [s, ...s.members] : [s]));
+  const textCount = flat(steps).filter((s) => !s.members).length + 1;
+  // Half the budget for the run's own output, the rest shared by the steps.
+  const runBudget = Math.floor(outputBytes / 2);
+  const stepBudget = Math.max(64, Math.floor((outputBytes - runBudget) / Math.max(1, textCount)));
+  const view = (s: StepStatus): StepView => {
+    const v: StepView = {
+      index: s.index, agent: s.agent, state: s.state, exitCode: s.exitCode, signal: s.signal, startedAt: s.startedAt,
+      endedAt: s.endedAt, pid: s.process?.pid ?? null,
+      output: s.members ? { text: '', bytes: s.outputBytes, truncated: false } : stepText(paths, s, stepBudget),
+      usage: s.usage, costUsd: s.costUsd, error: s.error,
+      children: children.filter((c) => c.stepKey === s.key).map((c) => c.runId),
+    };
+    if (s.state === 'failed' && !s.members) v.stderrTail = readTail(paths.stderr(s.key), STDERR_TAIL_BYTES);
+    if (s.members) v.members = s.members.map(view);
+    return v;
+  };
+  if (record.mode === 'parallel' && steps[0]?.members) steps = steps[0].members;
+  const stepViews = steps.map(view);
+  const runOut = isTerminalRun(status.state)
+    ? boundedText(paths.runOutput, runBudget)
+    : { text: '', bytes: 0, truncated: false };
+  const meta = readMeta(ctx, record.runId)!;
+  const created = Date.parse(record.createdAt);
+  const startedMs = status.startedAt ? Date.parse(status.startedAt) : null;
+  const endMs = status.endedAt ? Date.parse(status.endedAt) : null;
+  const v: RunView = {
+    runId: record.runId,
+    sessionId: record.sessionId,
+    state: status.state,
+    mode: record.mode,
+    label: record.label,
+    cwd: record.cwd,
+    createdAt: record.createdAt,
+    startedAt: status.startedAt,
+    endedAt: status.endedAt,
+    durationMs: endMs !== null ? endMs - (startedMs ?? created) : startedMs !== null ? Date.now() - startedMs : null,
+    lastActivityAt: lastActivity(paths, status),
+    error: status.error,
+    steps: stepViews,
+    output: { ...runOut, uri: `subagents://runs/${record.runId}/output` },
+    fanout: fanoutOf(ctx, record, status),
+    pendingAppends: countPendingAppends(record, status, appends),
+    adopted: meta.sessionId !== ctx.sessionId && isVisible(ctx, meta) && meta.depth === 0,
+    dismissed: ctx.store.isDismissed(record.runId),
+    runnerPid: status.runner?.pid ?? null,
+  };
+  if (status.runnerLogTail) v.runnerLogTail = status.runnerLogTail;
+  if (status.survivors.length) v.survivors = status.survivors.map((p) => p.pid);
+  return v;
+}
+
+function stepText(paths: RunPaths, s: StepStatus, budget: number): TextView {
+  const t = boundedText(paths.output(s.key), budget);
+  // The file holds at most the capture cap; the step's own count is the real number of bytes the agent wrote.
+  const bytes = Math.max(t.bytes, s.outputBytes);
+  return { ...t, bytes, truncated: t.truncated || s.outputTruncated || bytes > t.bytes };
+}
+
+/** The tree's budget while it lives; once it has ended, the agents that actually started (claims of the rest were returned). */
+function fanoutOf(ctx: ManagerContext, record: RunRecord, status: RunStatus): { used: number; limit: number; remaining: number } {
+  const live = fanoutSnapshot(ctx, record.rootRunId);
+  if (live) return live;
+  let used = 0;
+  for (const s of status.steps) {
+    if (s.members) used += s.members.filter((m) => m.startedAt !== null).length;
+    else if (s.startedAt !== null) used++;
+  }
+  const limit = record.limits.maxSpawns;
+  return { used, limit, remaining: Math.max(0, limit - used) };
+}
+
+export function summarize(ctx: ManagerContext, runId: string, status: RunStatus | null): RunSummary {
+  const meta = readMeta(ctx, runId)!;
+  return {
+    runId,
+    sessionId: meta.sessionId,
+    state: status?.state ?? 'failed',
+    mode: meta.mode,
+    label: meta.label,
+    agents: meta.agents,
+    createdAt: meta.createdAt,
+    endedAt: status?.endedAt ?? null,
+    error: status ? status.error : { code: 'STATE_CORRUPT', message: `status.json of ${runId} is unreadable` },
+    adopted: meta.sessionId !== ctx.sessionId && meta.depth === 0,
+    dismissed: ctx.store.isDismissed(runId),
+  };
+}

@@ -1,0 +1,46 @@
+import { randomBytes } from 'node:crypto';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import type * as z from 'zod';
+import { SubagentError } from '../errors.js';
+
+/** A success: everything in structuredContent (some clients show the model only that), and the same as text. */
+export function success(value: Record<string, unknown>, text?: string): CallToolResult {
+  return { content: [{ type: 'text', text: text ?? JSON.stringify(value, null, 2) }], structuredContent: value };
+}
+
+/**
+ * The one place an error becomes a tool result: `isError`, no structured content, text starting with the code.
+ * Anything that is not a SubagentError is INTERNAL with a reference; its details go to stderr, never to the model.
+ */
+export function refusal(e: unknown, log: (line: string) => void): CallToolResult {
+  let err: SubagentError;
+  if (e instanceof SubagentError) {
+    err = e;
+  } else {
+    const ref = randomBytes(4).toString('hex');
+    // Only the error's class and code: an error message may quote a command line or a path with user text in it.
+    const kind = e instanceof Error ? `${e.name}${(e as NodeJS.ErrnoException).code ? ` ${(e as NodeJS.ErrnoException).code}` : ''}` : typeof e;
+    log(`internal error ref=${ref}: ${kind}`);
+    err = new SubagentError('INTERNAL', `an internal error occurred (ref ${ref}); the server keeps serving. Retry, and if it repeats run \`subagents-mcp doctor\`.`);
+  }
+  return { isError: true, content: [{ type: 'text', text: err.text }] };
+}
+
+/** Validates tool arguments; a failure names the fields and rules, never the values. */
+export function parseInput<S extends z.ZodType>(schema: S, args: unknown): z.output<S> {
+  const r = schema.safeParse(args ?? {});
+  if (r.success) return r.data;
+  const problems = r.error.issues.slice(0, 5).map((i) => {
+    const where = i.path.length ? i.path.join('.') : 'arguments';
+    if (i.code === 'unrecognized_keys') return `${where}: unknown field(s) ${(i as { keys: string[] }).keys.slice(0, 5).join(', ')}`;
+    if (i.code === 'too_big') return `${where}: too large (max ${String((i as { maximum: unknown }).maximum)})`;
+    if (i.code === 'too_small') return `${where}: too small (min ${String((i as { minimum: unknown }).minimum)})`;
+    if (i.code === 'invalid_type') return `${where}: expected ${(i as { expected: string }).expected}`;
+    return `${where}: ${i.message}`;
+  });
+  throw new SubagentError('INVALID_INPUT', `${problems.join('; ')}. Check the tool's input schema and call again.`);
+}
+
+export function invalid(message: string): SubagentError {
+  return new SubagentError('INVALID_INPUT', message);
+}

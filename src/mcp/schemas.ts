@@ -1,0 +1,140 @@
+import * as z from 'zod';
+
+/**
+ * Tool input and output schemas. Inputs are flat objects whose properties are all optional (no top-level
+ * oneOf/anyOf/allOf, no $ref: several model APIs reject those, and with them every tool of the session); which
+ * combination is valid is checked by the handler, which answers INVALID_INPUT. `schemas/` is generated from these.
+ */
+
+export const MAX_TASK_BYTES = 1024 * 1024;
+export const MAX_LABEL_CHARS = 200;
+export const MAX_MEMBERS = 64;
+export const MAX_CHAIN_STEPS = 64;
+export const MAX_CONCURRENCY = 16;
+
+const agentName = z.string().min(1).max(64).describe('Agent name, as listed by the agents tool');
+const taskText = z.string().min(1).max(MAX_TASK_BYTES).describe('The task, sent to the agent on stdin (≤ 1 MiB)');
+const concurrency = z.number().int().min(1).max(MAX_CONCURRENCY).describe('Members running at once (default 4)');
+const failFast = z.boolean().describe('Stop the group at the first failed member: unstarted members are skipped, running ones cancelled');
+const runId = z.string().min(1).max(128).describe('Run id returned by launch');
+
+export const AgentTaskSchema = z.object({ agent: agentName, task: taskText }).strict();
+/** A chain entry is either `{ agent, task }` or `{ parallel, concurrency?, failFast? }`: one object, checked by the handler. */
+export const ChainEntrySchema = z.object({
+  agent: agentName.optional(),
+  task: taskText.optional(),
+  parallel: z.array(AgentTaskSchema).min(1).max(MAX_MEMBERS).optional().describe('A parallel group inside the chain'),
+  concurrency: concurrency.optional(),
+  failFast: failFast.optional(),
+}).strict();
+
+export const LaunchInput = z.object({
+  agent: agentName.optional().describe('Single run: the agent (with task)'),
+  task: taskText.optional().describe('Single run: the task (with agent)'),
+  tasks: z.array(AgentTaskSchema).min(1).max(MAX_MEMBERS).optional().describe('Parallel run: members [{ agent, task }]'),
+  chain: z.array(ChainEntrySchema).min(1).max(MAX_CHAIN_STEPS).optional()
+    .describe('Chain run: steps, each { agent, task } or { parallel: [...] }; "{previous}" in a task is replaced by the previous step\'s final text'),
+  concurrency: concurrency.optional(),
+  failFast: failFast.optional(),
+  cwd: z.string().min(1).max(4096).optional().describe('Working directory, relative to the first root (default: the first root)'),
+  timeoutMs: z.number().int().min(1).optional().describe('Time limit of the whole run in ms'),
+  label: z.string().max(MAX_LABEL_CHARS).optional().describe('A short label shown in listings'),
+  model: z.string().min(1).max(128).optional().describe("One of the agent's `models`"),
+}).strict();
+
+export const StatusInput = z.object({
+  runId: runId.optional().describe('One run in full; omit to list this session\'s runs'),
+  waitMs: z.number().int().min(0).optional().describe('Long-poll: block up to this many ms (capped at 45 s) until something changes. Use this instead of sleeping between polls.'),
+  until: z.enum(['change', 'terminal']).optional().describe('With waitMs and runId: "terminal" waits for the end, "change" (default) for any state change'),
+  all: z.boolean().optional().describe('List dismissed runs too'),
+  outputBytes: z.number().int().min(256).max(64 * 1024).optional().describe('Inline output budget for the whole result (default 8192, max 65536)'),
+}).strict();
+
+export const AppendInput = z.object({
+  runId: runId.optional(),
+  step: ChainEntrySchema.optional().describe('{ agent, task } or { parallel: [...], concurrency?, failFast? }'),
+}).strict();
+
+export const RestoreInput = z.object({
+  lineage: z.array(z.string().min(1).max(128)).min(1).max(32).optional().describe('Earlier sessionIds of this conversation, newest first'),
+}).strict();
+
+export const DismissInput = z.object({
+  runId: runId.optional(),
+  cancel: z.boolean().optional().describe('Cancel the run first if it is still active'),
+}).strict();
+
+export const CancelInput = z.object({ runId: runId.optional() }).strict();
+export const AgentsInput = z.object({}).strict();
+
+// ---- outputs ---------------------------------------------------------------------------------------------
+
+const ErrorInfo = z.object({ code: z.string(), message: z.string() }).nullable();
+const Fanout = z.object({ used: z.number(), limit: z.number(), remaining: z.number() });
+const Capacity = z.object({ active: z.number(), limit: z.number() });
+const TextView = z.object({ text: z.string(), bytes: z.number(), truncated: z.boolean() });
+
+export const LaunchOutput = z.object({
+  runId: z.string(), sessionId: z.string(), state: z.string(), mode: z.string(),
+  steps: z.array(z.object({ index: z.number(), agent: z.string(), state: z.string() })),
+  fanout: Fanout, capacity: Capacity,
+});
+
+const StepView = z.object({
+  index: z.number(), agent: z.string(), state: z.string(), exitCode: z.number().nullable(), signal: z.string().nullable(),
+  startedAt: z.string().nullable(), endedAt: z.string().nullable(), pid: z.number().nullable(), output: TextView,
+  stderrTail: z.string().optional(), usage: z.record(z.string(), z.number()).nullable(), costUsd: z.number().nullable(),
+  error: ErrorInfo, children: z.array(z.string()),
+  members: z.array(z.record(z.string(), z.unknown())).optional().describe('A parallel group\'s members, each shaped like a step'),
+});
+
+const RunSummary = z.object({
+  runId: z.string(), sessionId: z.string(), state: z.string(), mode: z.string(), label: z.string().nullable(),
+  agents: z.array(z.string()), createdAt: z.string(), endedAt: z.string().nullable(), error: ErrorInfo,
+  adopted: z.boolean(), dismissed: z.boolean(),
+});
+
+/** One run (with runId) or the session's list (without): one flat object, the fields of the mode in use present. */
+export const StatusOutput = z.object({
+  sessionId: z.string(),
+  runId: z.string().optional(), state: z.string().optional(), mode: z.string().optional(), label: z.string().nullable().optional(),
+  cwd: z.string().optional(), createdAt: z.string().optional(), startedAt: z.string().nullable().optional(),
+  endedAt: z.string().nullable().optional(), durationMs: z.number().nullable().optional(), lastActivityAt: z.string().optional(),
+  error: ErrorInfo.optional(), steps: z.array(StepView).optional(),
+  output: TextView.extend({ uri: z.string() }).optional(), fanout: Fanout.optional(), pendingAppends: z.number().optional(),
+  adopted: z.boolean().optional(), dismissed: z.boolean().optional(), runnerPid: z.number().nullable().optional(),
+  runnerLogTail: z.string().optional(), survivors: z.array(z.number()).optional(),
+  runs: z.array(RunSummary).optional(), capacity: Capacity.optional(),
+  waitedMs: z.number().optional(), changed: z.boolean().optional(),
+});
+
+export const AppendOutput = z.object({ runId: z.string(), stepIndex: z.number(), pendingAppends: z.number(), fanout: Fanout });
+export const RestoreOutput = z.object({
+  sessionId: z.string(), lineage: z.array(z.string()), adopted: z.number(), unknown: z.array(z.string()), runs: z.array(RunSummary),
+});
+export const DismissOutput = z.object({ runId: z.string(), state: z.string(), dismissed: z.boolean(), cancelled: z.boolean() });
+export const CancelOutput = z.object({ runId: z.string(), state: z.string(), error: ErrorInfo, survivors: z.array(z.number()) });
+export const AgentsOutput = z.object({
+  agents: z.array(z.object({
+    name: z.string(), description: z.string(), backend: z.string(), source: z.string(), trusted: z.boolean(),
+    available: z.boolean(), problem: z.string().optional(), models: z.array(z.string()).optional(),
+  })),
+  refused: z.array(z.object({ name: z.string().optional(), path: z.string(), source: z.string(), reason: z.string() })),
+});
+
+export const TOOL_SCHEMAS = {
+  launch: { input: LaunchInput, output: LaunchOutput },
+  status: { input: StatusInput, output: StatusOutput },
+  append: { input: AppendInput, output: AppendOutput },
+  restore: { input: RestoreInput, output: RestoreOutput },
+  dismiss: { input: DismissInput, output: DismissOutput },
+  cancel: { input: CancelInput, output: CancelOutput },
+  agents: { input: AgentsInput, output: AgentsOutput },
+} as const;
+
+/** JSON Schema as published in tools/list and in schemas/ (inputs in `input` mode, so nothing optional turns required). */
+export function toJsonSchema(schema: z.ZodType): Record<string, unknown> {
+  const json = z.toJSONSchema(schema, { io: 'input', unrepresentable: 'any' }) as Record<string, unknown>;
+  delete json.$schema;
+  return json;
+}

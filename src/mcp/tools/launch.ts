@@ -1,0 +1,74 @@
+import { launch, DEFAULT_CONCURRENCY, type ChainEntryInput, type LaunchInput as ManagerLaunchInput } from '../../manager/launch.js';
+import { invalid, parseInput, refusal, success } from '../results.js';
+import { LaunchInput, LaunchOutput, MAX_TASK_BYTES } from '../schemas.js';
+import { combinedSignal, progress, type ToolDefinition } from '../tool.js';
+import type * as z from 'zod';
+
+type ChainEntry = NonNullable<z.output<typeof LaunchInput>['chain']>[number];
+
+function checkTask(task: string, where: string): void {
+  const bytes = Buffer.byteLength(task);
+  if (bytes > MAX_TASK_BYTES) throw invalid(`${where}: the task is ${bytes} bytes; the limit is ${MAX_TASK_BYTES} (1 MiB). Put large material in a file under the run's cwd and name it in the task.`);
+}
+
+/** A chain entry is exactly one of `{ agent, task }` and `{ parallel, concurrency?, failFast? }`. */
+export function chainEntry(e: ChainEntry, where: string): ChainEntryInput {
+  if (e.parallel !== undefined) {
+    if (e.agent !== undefined || e.task !== undefined) throw invalid(`${where}: give either agent+task or parallel, not both.`);
+    e.parallel.forEach((m, j) => checkTask(m.task, `${where}.parallel.${j}`));
+    return { parallel: e.parallel, concurrency: e.concurrency ?? DEFAULT_CONCURRENCY, failFast: e.failFast ?? false };
+  }
+  if (e.agent === undefined || e.task === undefined) throw invalid(`${where}: a step needs both agent and task (or parallel: [...]).`);
+  if (e.concurrency !== undefined || e.failFast !== undefined) throw invalid(`${where}: concurrency and failFast apply to a parallel group only.`);
+  checkTask(e.task, where);
+  return { agent: e.agent, task: e.task };
+}
+
+/** Which of the three launch shapes the arguments are; anything else is INVALID_INPUT. */
+export function toLaunch(a: z.output<typeof LaunchInput>): ManagerLaunchInput {
+  const common = { cwd: a.cwd, timeoutMs: a.timeoutMs, label: a.label, model: a.model };
+  const shapes = [a.agent !== undefined || a.task !== undefined, a.tasks !== undefined, a.chain !== undefined].filter(Boolean).length;
+  if (shapes !== 1) throw invalid('give exactly one of: agent + task (single), tasks (parallel), or chain. See the tool description for the shapes.');
+  if (a.chain !== undefined || a.agent !== undefined) {
+    if (a.concurrency !== undefined || a.failFast !== undefined) throw invalid('concurrency and failFast apply to tasks (parallel) or to a parallel entry of a chain.');
+  }
+  if (a.agent !== undefined || a.task !== undefined) {
+    if (a.agent === undefined || a.task === undefined) throw invalid('a single launch needs both agent and task.');
+    checkTask(a.task, 'task');
+    return { ...common, mode: 'single', step: { agent: a.agent, task: a.task } };
+  }
+  if (a.tasks !== undefined) {
+    a.tasks.forEach((t, i) => checkTask(t.task, `tasks.${i}`));
+    return { ...common, mode: 'parallel', group: { parallel: a.tasks, concurrency: a.concurrency ?? DEFAULT_CONCURRENCY, failFast: a.failFast ?? false } };
+  }
+  return { ...common, mode: 'chain', chain: a.chain!.map((e, i) => chainEntry(e, `chain.${i}`)) };
+}
+
+export const launchTool: ToolDefinition = {
+  name: 'launch',
+  title: 'Launch a subagent run',
+  description: [
+    'Start a background run of one or more subagents and get its runId at once (the run lives on after this call, the server and the client).',
+    'Shapes: single { agent, task }; parallel { tasks: [{ agent, task }, …], concurrency?, failFast? };',
+    'chain { chain: [ { agent, task } | { parallel: [...] }, … ] } where "{previous}" in a task is replaced by the previous step\'s output.',
+    'Then wait with status { runId, waitMs: 30000 } (repeat until the state is completed, failed or cancelled) and read the output there.',
+    'Call agents first to see which agents exist.',
+  ].join(' '),
+  annotations: { title: 'Launch a subagent run', readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: true },
+  input: LaunchInput,
+  output: LaunchOutput,
+  async handler(args, extra, env) {
+    try {
+      const input = toLaunch(parseInput(LaunchInput, args));
+      let n = 0;
+      const r = await launch(env.ctx, input, {
+        signal: combinedSignal(extra.signal, env.shutdown),
+        onProgress: (phase) => progress(extra, ++n, `launch: ${phase}`, 3),
+      });
+      env.onListChanged();
+      return success({ ...r }, `Launched ${r.runId} (${r.mode}, ${r.state}). Wait for it with status { runId: "${r.runId}", waitMs: 30000 }.\n${JSON.stringify(r, null, 2)}`);
+    } catch (e) {
+      return refusal(e, env.ctx.log);
+    }
+  },
+};

@@ -1,0 +1,99 @@
+import fs from 'node:fs';
+import { execFileSync } from 'node:child_process';
+
+/** A process as a pid *and* its start time: a pid alone may have been reused by an unrelated process. */
+export interface ProcessIdentity {
+  pid: number;
+  startTime: string;
+}
+
+export interface ProcessInfo extends ProcessIdentity {
+  ppid: number;
+  pgid: number;
+  /** One-letter kernel state (`R`, `S`, `Z` …). */
+  state: string;
+}
+
+const HAS_PROC = process.platform === 'linux' && fs.existsSync('/proc/self/stat');
+
+/** Parses /proc/<pid>/stat; the command name may contain spaces and parentheses, so fields are read after the last ')'. */
+function parseStat(pid: number, text: string): ProcessInfo | null {
+  const close = text.lastIndexOf(')');
+  if (close < 0) return null;
+  const f = text.slice(close + 2).split(' ');
+  // f[0] is field 3 (state); field N is f[N - 3].
+  return { pid, state: f[0]!, ppid: Number(f[1]), pgid: Number(f[2]), startTime: f[19]! };
+}
+
+export function readProcessInfo(pid: number): ProcessInfo | null {
+  if (!Number.isInteger(pid) || pid <= 0) return null;
+  if (HAS_PROC) {
+    try {
+      return parseStat(pid, fs.readFileSync(`/proc/${pid}/stat`, 'utf8'));
+    } catch {
+      return null;
+    }
+  }
+  try {
+    const out = execFileSync('ps', ['-o', 'ppid=,pgid=,stat=,lstart=', '-p', String(pid)], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+    const m = /^(\d+)\s+(\d+)\s+(\S+)\s+(.+)$/.exec(out);
+    if (!m) return null;
+    return { pid, ppid: Number(m[1]), pgid: Number(m[2]), state: m[3]![0]!, startTime: m[4]!.trim() };
+  } catch {
+    return null;
+  }
+}
+
+export function readIdentity(pid: number): ProcessIdentity | null {
+  const info = readProcessInfo(pid);
+  return info && info.state !== 'Z' ? { pid, startTime: info.startTime } : null;
+}
+
+export function selfIdentity(): ProcessIdentity {
+  const id = readIdentity(process.pid);
+  return id ?? { pid: process.pid, startTime: 'unknown' };
+}
+
+/**
+ * Alive means: the pid exists, is not a zombie (signal 0 succeeds on zombies, and PID 1 reaps slowly here), and
+ * started when we recorded it did.
+ */
+export function isAlive(id: ProcessIdentity | null | undefined): boolean {
+  if (!id) return false;
+  const info = readProcessInfo(id.pid);
+  return info !== null && info.state !== 'Z' && info.startTime === id.startTime;
+}
+
+/** Every process visible to us (Linux: /proc; elsewhere: ps). */
+export function listProcesses(): ProcessInfo[] {
+  const out: ProcessInfo[] = [];
+  if (HAS_PROC) {
+    for (const name of fs.readdirSync('/proc')) {
+      if (!/^\d+$/.test(name)) continue;
+      const pid = Number(name);
+      try {
+        const info = parseStat(pid, fs.readFileSync(`/proc/${name}/stat`, 'utf8'));
+        if (info) out.push(info);
+      } catch { /* exited meanwhile */ }
+    }
+    return out;
+  }
+  try {
+    const text = execFileSync('ps', ['-A', '-o', 'pid=,ppid=,pgid=,stat=,lstart='], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+    for (const line of text.split('\n')) {
+      const m = /^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\S+)\s+(.+)$/.exec(line);
+      if (m) out.push({ pid: Number(m[1]), ppid: Number(m[2]), pgid: Number(m[3]), state: m[4]![0]!, startTime: m[5]!.trim() });
+    }
+  } catch { /* no ps: nothing found */ }
+  return out;
+}
+
+/** Whether a process carries `name=value` in its environment (Linux only; same-user processes only). */
+export function hasEnvEntry(pid: number, entry: string): boolean {
+  if (!HAS_PROC) return false;
+  try {
+    return fs.readFileSync(`/proc/${pid}/environ`, 'latin1').split('\0').includes(entry);
+  } catch {
+    return false;
+  }
+}

@@ -1,0 +1,86 @@
+import { hasEnvEntry, listProcesses, readProcessInfo, type ProcessInfo } from './identity.js';
+
+export interface RunProcessQuery {
+  /** Process groups the run owns (the runner's pid is its group id). */
+  pgids: number[];
+  /** `SUBAGENTS_RUN_TOKEN` value: finds descendants that left the group. */
+  token?: string;
+  /** Never signal these pids (the caller itself). */
+  exclude?: number[];
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Live (non-zombie) processes of a run: members of its groups, or carriers of its token. */
+export function findRunProcesses(q: RunProcessQuery): ProcessInfo[] {
+  const exclude = new Set(q.exclude ?? []);
+  const groups = new Set(q.pgids);
+  const entry = q.token ? `SUBAGENTS_RUN_TOKEN=${q.token}` : undefined;
+  return listProcesses().filter((p) => p.state !== 'Z' && !exclude.has(p.pid)
+    && (groups.has(p.pgid) || (entry !== undefined && hasEnvEntry(p.pid, entry))));
+}
+
+/** Signals a process only if it is still the one we found (same start time): never a reused pid. */
+export function signalVerified(p: ProcessInfo, signal: NodeJS.Signals): boolean {
+  const now = readProcessInfo(p.pid);
+  if (!now || now.state === 'Z' || now.startTime !== p.startTime) return false;
+  try {
+    process.kill(p.pid, signal);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+export interface TerminateResult {
+  /** Processes that were signalled. */
+  signalled: number;
+  /** Processes that survived SIGKILL (their slots stay held). */
+  survivors: ProcessInfo[];
+}
+
+/**
+ * SIGTERM every process of the run, wait up to the grace, SIGKILL what is left, then verify they are gone.
+ * `find` is re-run each round, so processes forked during the grace are caught too.
+ */
+export async function terminateProcesses(find: () => ProcessInfo[], graceMs: number, verifyMs = 2000): Promise<TerminateResult> {
+  let signalled = 0;
+  let procs = find();
+  if (procs.length === 0) return { signalled, survivors: [] };
+  for (const p of procs) if (signalVerified(p, 'SIGTERM')) signalled++;
+  const graceEnd = performance.now() + graceMs;
+  while (performance.now() < graceEnd) {
+    await sleep(Math.min(50, Math.max(1, graceEnd - performance.now())));
+    procs = find();
+    if (procs.length === 0) return { signalled, survivors: [] };
+    for (const p of procs) signalVerified(p, 'SIGTERM'); // newly forked ones get the request too
+  }
+  const killEnd = performance.now() + verifyMs;
+  for (;;) {
+    procs = find();
+    if (procs.length === 0) return { signalled, survivors: [] };
+    for (const p of procs) if (signalVerified(p, 'SIGKILL')) signalled++;
+    if (performance.now() >= killEnd) return { signalled, survivors: procs };
+    await sleep(25);
+  }
+}
+
+/** Descendants of `rootPid` (by parent links), the root included. */
+export function processTree(rootPid: number, all = listProcesses()): ProcessInfo[] {
+  const byParent = new Map<number, ProcessInfo[]>();
+  for (const p of all) {
+    const list = byParent.get(p.ppid) ?? [];
+    list.push(p);
+    byParent.set(p.ppid, list);
+  }
+  const out: ProcessInfo[] = [];
+  const root = all.find((p) => p.pid === rootPid);
+  if (!root) return out;
+  const stack = [root];
+  while (stack.length) {
+    const p = stack.pop()!;
+    if (p.state !== 'Z') out.push(p);
+    for (const c of byParent.get(p.pid) ?? []) stack.push(c);
+  }
+  return out;
+}

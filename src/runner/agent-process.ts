@@ -1,0 +1,178 @@
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { adapterFor } from '../agents/adapters/index.js';
+import type { Invocation, ParsedResult } from '../agents/types.js';
+import { isAlive, readIdentity, type ProcessIdentity, type ProcessInfo } from '../process/identity.js';
+import { processTree, terminateProcesses } from '../process/terminate.js';
+import { writeFileAtomic, ensurePrivateDir } from '../store/atomic-write.js';
+import type { RunPaths } from '../store/layout.js';
+import type { AgentTaskSpec, RunRecord } from '../store/run-types.js';
+import { LineSplitter, OutputCapture } from './output-capture.js';
+
+export interface AgentRunInput {
+  record: RunRecord;
+  paths: RunPaths;
+  stepKey: string;
+  spec: AgentTaskSpec;
+  /** The task after `{previous}` substitution. */
+  task: string;
+  env: Record<string, string>;
+  timeoutMs: number;
+  /** Aborted when the run is cancelled or times out as a whole. */
+  signal: AbortSignal;
+  onStarted: (agent: ProcessIdentity) => void;
+  delegateServer?: { command: string; args: string[]; env: Record<string, string> };
+}
+
+export interface AgentRunResult {
+  exitCode: number | null;
+  signal: string | null;
+  outputBytes: number;
+  outputTruncated: boolean;
+  parsed: ParsedResult | null;
+  /** Why the runner stopped it, if it did. */
+  stoppedFor: 'TIMEOUT' | 'CANCELLED' | null;
+  spawnError: string | null;
+  process: ProcessIdentity | null;
+}
+
+const STDERR_CAP_BYTES = 1024 * 1024;
+
+/**
+ * Starts one agent process and supervises it to its end: argv without a shell, the task on stdin (or in a 0600
+ * file), output captured to the step's files with a cap, a step timeout and the run's abort signal honoured by
+ * SIGTERM → grace → SIGKILL of the agent and every process it started.
+ */
+export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunResult> {
+  const { record, paths, stepKey, spec } = input;
+  const adapter = adapterFor(spec.agent.backend);
+  if (!adapter) throw new Error(`no adapter for backend ${spec.agent.backend}`);
+  ensurePrivateDir(paths.promptsDir);
+  const systemPromptFile = paths.systemPrompt(stepKey);
+  const taskFile = paths.taskFile(stepKey);
+  writeFileAtomic(systemPromptFile, spec.agent.body, { durable: false });
+  const scratchDir = path.join(paths.promptsDir, `${stepKey}.d`);
+  ensurePrivateDir(scratchDir);
+  const inv: Invocation = adapter.buildInvocation({
+    agent: spec.agent,
+    model: spec.model ?? spec.agent.model,
+    systemPromptFile,
+    taskFile,
+    scratchDir,
+    delegateServer: input.delegateServer,
+  });
+  if (inv.taskVia === 'file') writeFileAtomic(taskFile, input.task, { durable: false });
+  for (const f of inv.files ?? []) writeFileAtomic(f.path, f.content, { durable: false });
+
+  const env = { ...input.env, ...(inv.env ?? {}), SUBAGENTS_SYSTEM_PROMPT_FILE: systemPromptFile };
+  const parser = adapter.createParser?.() ?? null;
+  const outFile = parser ? paths.rawOutput(stepKey) : paths.output(stepKey);
+  const out = new OutputCapture(outFile, record.maxOutputBytes);
+  const err = new OutputCapture(paths.stderr(stepKey), STDERR_CAP_BYTES);
+  const lines = parser ? new LineSplitter((l) => parser.onLine(l)) : null;
+
+  // The agent gets the user's own umask: files it creates in the project must look like the user's, not 0600.
+  const previousUmask = process.umask(record.umask);
+  let child;
+  try {
+    child = spawn(inv.argv[0]!, inv.argv.slice(1), {
+      cwd: record.cwd,
+      env,
+      stdio: [inv.taskVia === 'stdin' ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+      // Same process group as the runner (not detached): cancelling the run's group reaches every agent.
+      detached: false,
+      windowsHide: true,
+    });
+  } finally {
+    process.umask(previousUmask);
+  }
+
+  const spawned = await new Promise<string | null>((resolve) => {
+    child.once('spawn', () => resolve(null));
+    child.once('error', (e) => resolve((e as NodeJS.ErrnoException).code ?? 'spawn failed'));
+  });
+  if (spawned !== null) {
+    out.close();
+    err.close();
+    return { exitCode: null, signal: null, outputBytes: 0, outputTruncated: false, parsed: null, stoppedFor: null, spawnError: spawned, process: null };
+  }
+  const identity = readIdentity(child.pid!) ?? { pid: child.pid!, startTime: 'unknown' };
+  input.onStarted(identity);
+
+  if (child.stdin) {
+    child.stdin.on('error', () => {}); // an agent that exits without reading its task closes the pipe: EPIPE is not our failure
+    child.stdin.end(input.task);
+  }
+  child.stdout!.on('data', (c: Buffer) => { out.write(c); lines?.write(c); });
+  child.stderr!.on('data', (c: Buffer) => err.write(c));
+
+  // Every process the agent started, remembered by identity: a grandchild re-parented to init is still ours to stop.
+  const tracked = new Map<number, ProcessInfo>();
+  const findTree = () => {
+    for (const p of processTree(child.pid!)) tracked.set(p.pid, p);
+    return [...tracked.values()].filter((p) => isAlive(p));
+  };
+  let stoppedFor: AgentRunResult['stoppedFor'] = null;
+  let stopping: Promise<unknown> | null = null;
+  const stop = (why: 'TIMEOUT' | 'CANCELLED') => {
+    if (stopping) return;
+    stoppedFor = why;
+    stopping = terminateProcesses(findTree, record.killGraceMs);
+  };
+  const timer = setTimeout(() => stop('TIMEOUT'), input.timeoutMs);
+  const onAbort = () => stop('CANCELLED');
+  if (input.signal.aborted) onAbort();
+  else input.signal.addEventListener('abort', onAbort, { once: true });
+
+  const exit = await new Promise<{ code: number | null; signal: string | null }>((resolve) => {
+    child.once('exit', (code, signal) => resolve({ code, signal }));
+  });
+  clearTimeout(timer);
+  input.signal.removeEventListener('abort', onAbort);
+  // A grandchild may hold the pipes open after the agent exits; drain briefly, then stop reading.
+  await Promise.race([
+    new Promise((r) => child.once('close', r)),
+    new Promise((r) => setTimeout(r, 500)),
+  ]);
+  child.stdout!.destroy();
+  child.stderr!.destroy();
+  if (stopping) await stopping;
+  lines?.end();
+  out.close();
+  err.close();
+
+  let parsed: ParsedResult | null = null;
+  if (parser) {
+    parsed = parser.finish(exit.code);
+    writeFileAtomic(paths.output(stepKey), parsed.text, { durable: false });
+  }
+  return {
+    exitCode: exit.code,
+    signal: exit.signal,
+    outputBytes: parser ? Buffer.byteLength(parsed!.text) : out.bytes,
+    outputTruncated: out.truncated,
+    parsed,
+    stoppedFor,
+    spawnError: null,
+    process: identity,
+  };
+}
+
+/** The last `bytes` of a file as text (for stderr tails and reports). */
+export function readTail(file: string, bytes: number): string {
+  try {
+    const fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+    try {
+      const size = fs.fstatSync(fd).size;
+      const len = Math.min(size, bytes);
+      const buf = Buffer.alloc(len);
+      fs.readSync(fd, buf, 0, len, size - len);
+      return buf.toString('utf8');
+    } finally {
+      fs.closeSync(fd);
+    }
+  } catch {
+    return '';
+  }
+}

@@ -1,0 +1,53 @@
+/**
+ * The detached runner: one per run, in its own process group, stdio to `runner.log`. Until it reports ready it loads
+ * only Node built-ins (a launch waits for this), then it loads the supervisor while it waits to be told to proceed.
+ */
+import { writeFileAtomic } from '../store/atomic-write.js';
+import { readJsonFile } from '../store/json-file.js';
+import { RunPaths } from '../store/layout.js';
+import { selfIdentity } from '../process/identity.js';
+import { waitForFile } from './wait-for-file.js';
+import type { RunRecord } from '../store/run-types.js';
+
+/** Test seam: die at a named handshake phase (the reliability matrix kills the runner at each). */
+function fault(phase: string): void {
+  if (process.env.SUBAGENTS_TEST_FAULT === phase) process.kill(process.pid, 'SIGKILL');
+}
+
+async function main(): Promise<number> {
+  process.umask(0o077);
+  const runDir = process.argv[2];
+  if (!runDir) {
+    process.stderr.write('usage: runner <runDir>\n');
+    return 2;
+  }
+  const paths = new RunPaths(runDir);
+  fault('before-ready');
+  const record = readJsonFile<RunRecord>(paths.record);
+  if (!record) {
+    process.stderr.write('runner: run.json missing\n');
+    return 2;
+  }
+  const me = selfIdentity();
+  writeFileAtomic(paths.ready, JSON.stringify({ pid: me.pid, startTime: me.startTime, at: new Date().toISOString() }), { durable: false });
+  fault('after-ready');
+  const supervisorLoading = import('./supervise.js');
+  supervisorLoading.catch(() => {});
+  // A server that never says proceed (it died, or gave up) must not leave us waiting: exit on our own.
+  const proceed = await waitForFile(paths.proceed, record.handshakeTimeoutMs);
+  if (!proceed) {
+    process.stderr.write('runner: not told to proceed within the handshake timeout; exiting without starting an agent\n');
+    return 3;
+  }
+  fault('after-proceed');
+  const { supervise } = await supervisorLoading;
+  return supervise(record, paths, me);
+}
+
+main().then(
+  (code) => process.exit(code),
+  (e: unknown) => {
+    process.stderr.write(`runner: fatal: ${e instanceof Error ? e.message : String(e)}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,395 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { createHash, randomBytes } from 'node:crypto';
+import { adapterFor } from '../agents/adapters/index.js';
+import { buildAgentEnv } from '../agents/agent-env.js';
+import type { ProcessIdentity } from '../process/identity.js';
+import { findRunProcesses, terminateProcesses } from '../process/terminate.js';
+import { writeFileAtomic } from '../store/atomic-write.js';
+import { readJsonFile } from '../store/json-file.js';
+import { Layout, type RunPaths } from '../store/layout.js';
+import { withLedger } from '../store/ledger.js';
+import { RunStore } from '../store/run-store.js';
+import {
+  isTerminalRun, isTerminalStep, type AgentTaskSpec, type RunRecord, type RunState, type RunStatus, type StepError,
+  type StepSpec, type StepStatus,
+} from '../store/run-types.js';
+import type { RunErrorCode } from '../errors.js';
+import { readTail, runAgentProcess } from './agent-process.js';
+import { claimAgentSlot, releaseAgentSlot, setAgentSlotProcess } from './agent-slots.js';
+import { newStepStatus } from './step-status.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+type StopReason = 'CANCELLED' | 'TIMEOUT' | 'PARENT_ENDED';
+
+interface StepOutcome {
+  ok: boolean;
+  text: string;
+  error: StepError | null;
+}
+
+/** Claims the start (the server may have given up meanwhile), then executes the run to its terminal state. */
+export async function supervise(record: RunRecord, paths: RunPaths, me: ProcessIdentity): Promise<number> {
+  const layout = new Layout(path.dirname(path.dirname(paths.dir)));
+  const store = new RunStore(layout);
+  const started = await store.update(record.runId, (s) => (s.state === 'starting'
+    ? { ...s, state: 'running', startedAt: new Date().toISOString(), runner: me }
+    : null), { durable: true });
+  if (started.state !== 'running' || started.runner?.pid !== me.pid) {
+    process.stderr.write('runner: the launch was abandoned before the start; no agent started\n');
+    return 0;
+  }
+  store.event(record.runId, { type: 'started', pid: me.pid });
+  return new Executor(record, paths, store, layout, me, started).run();
+}
+
+class Executor {
+  private readonly specs: StepSpec[];
+  private readonly abort = new AbortController();
+  private stopReason: StopReason | null = null;
+  private readonly runId: string;
+
+  constructor(
+    private readonly record: RunRecord,
+    private readonly paths: RunPaths,
+    private readonly store: RunStore,
+    private readonly layout: Layout,
+    private readonly me: ProcessIdentity,
+    private status: RunStatus,
+  ) {
+    this.specs = [...record.steps];
+    this.runId = record.runId;
+  }
+
+  async run(): Promise<number> {
+    const stopWatching = this.watchForCancel();
+    const runTimer = this.record.timeoutMs !== null ? setTimeout(() => this.stop('TIMEOUT'), this.record.timeoutMs) : null;
+    let failure: StepError | null = null;
+    let previous = '';
+    let lastText = '';
+    try {
+      for (let i = 0; ; ) {
+        if (this.stopReason) break;
+        if (i >= this.specs.length) {
+          // Leftovers first (so a run is never terminal with a process alive), then decide under the lock: either an
+          // append arrived (it runs) or the chain's end is committed (later appends are refused).
+          await this.sweepLeftovers();
+          const ended = await this.store.withRunLock(this.runId, () => {
+            this.takeAppendsLocked();
+            if (i < this.specs.length) return false;
+            this.commitLocked('completed', null, lastText);
+            return true;
+          });
+          if (ended) break;
+          continue;
+        }
+        const outcome = await this.runStep(i, previous);
+        if (!outcome.ok) {
+          failure = outcome.error;
+          break;
+        }
+        previous = outcome.text;
+        lastText = outcome.text;
+        i++;
+      }
+      if (!isTerminalRun(this.status.state)) {
+        await this.sweepLeftovers();
+        const reason = this.stopReason;
+        const state: RunState = reason === 'CANCELLED' || reason === 'PARENT_ENDED' ? 'cancelled' : 'failed';
+        const error: StepError = reason === 'TIMEOUT'
+          ? { code: 'TIMEOUT', message: `the run exceeded its time limit of ${this.record.timeoutMs} ms` }
+          : reason === 'CANCELLED' ? { code: 'CANCELLED', message: 'the run was cancelled' }
+          : reason === 'PARENT_ENDED' ? { code: 'PARENT_ENDED', message: 'the agent that launched this run ended' }
+          : failure ?? { code: 'STEP_FAILED', message: 'a step failed' };
+        await this.store.withRunLock(this.runId, () => {
+          this.takeAppendsLocked();
+          this.commitLocked(state, error, lastText);
+        });
+      }
+    } finally {
+      if (runTimer) clearTimeout(runTimer);
+      stopWatching();
+    }
+    await this.releaseLedger();
+    this.store.event(this.runId, { type: 'ended', state: this.status.state });
+    return 0;
+  }
+
+  /** Run a step: one agent, or a parallel group. */
+  private async runStep(i: number, previous: string): Promise<StepOutcome> {
+    const spec = this.specs[i]!;
+    const st = this.status.steps[i]!;
+    if (spec.kind === 'agent') return this.runAgent(st, spec, substitute(spec.task, previous), this.abort.signal);
+    return this.runGroup(st, spec, previous);
+  }
+
+  private async runGroup(st: StepStatus, spec: Extract<StepSpec, { kind: 'group' }>, previous: string): Promise<StepOutcome> {
+    const members = st.members!;
+    st.state = 'running';
+    st.startedAt = new Date().toISOString();
+    await this.write();
+    const groupAbort = new AbortController();
+    const onRunAbort = () => groupAbort.abort();
+    this.abort.signal.addEventListener('abort', onRunAbort, { once: true });
+    const queue = spec.members.map((_, j) => j);
+    const outcomes: Array<StepOutcome | null> = spec.members.map(() => null);
+    let stopLaunching = false;
+    const worker = async () => {
+      while (queue.length && !stopLaunching && !groupAbort.signal.aborted) {
+        const j = queue.shift()!;
+        const m = spec.members[j]!;
+        const o = await this.runAgent(members[j]!, m, substitute(m.task, previous), groupAbort.signal);
+        outcomes[j] = o;
+        if (!o.ok && spec.failFast) {
+          stopLaunching = true;
+          groupAbort.abort(); // running siblings are cancelled, unstarted ones skipped
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: Math.min(spec.concurrency, spec.members.length) }, worker));
+    this.abort.signal.removeEventListener('abort', onRunAbort);
+    for (const m of members) if (m.state === 'pending') m.state = 'skipped';
+    const failed = members.filter((m) => m.state === 'failed');
+    const allDone = members.every((m) => m.state === 'completed');
+    st.state = allDone ? 'completed' : this.stopReason === 'CANCELLED' ? 'cancelled' : 'failed';
+    st.endedAt = new Date().toISOString();
+    st.outputBytes = members.reduce((n, m) => n + m.outputBytes, 0);
+    const text = spec.members.map((m, j) => `### ${m.agent.name} #${j}\n\n${outcomes[j]?.text ?? ''}`.trimEnd()).join('\n\n');
+    writeFileAtomic(this.paths.output(st.key), text, { durable: false });
+    if (!allDone) {
+      st.error = failed[0]?.error ?? { code: this.stopReason ?? 'STEP_FAILED', message: `parallel step ${st.index} did not complete` };
+    }
+    await this.write();
+    return { ok: allDone, text, error: allDone ? null : { code: 'STEP_FAILED', message: `step ${st.index} (parallel): ${failed.length} of ${members.length} members failed` } };
+  }
+
+  private async runAgent(st: StepStatus, spec: AgentTaskSpec, task: string, signal: AbortSignal): Promise<StepOutcome> {
+    const slotKey = `${this.runId}:${st.key}`;
+    const got = await claimAgentSlot(this.layout, slotKey, this.me, this.record.maxAgents, signal);
+    if (!got) {
+      st.state = 'skipped';
+      await this.write();
+      return { ok: false, text: '', error: { code: this.stopReason ?? 'CANCELLED', message: `step ${st.key} did not start` } };
+    }
+    st.state = 'running';
+    st.startedAt = new Date().toISOString();
+    await this.write();
+    this.store.event(this.runId, { type: 'step-started', step: st.key, agent: spec.agent.name });
+    const budget = this.mintBudget(st.key);
+    const adapter = adapterFor(spec.agent.backend)!;
+    const env = buildAgentEnv({
+      source: process.env,
+      passEnv: this.record.passEnv,
+      credentialEnv: adapter.credentialEnv,
+      agentEnv: spec.agent.env,
+      extra: {
+        SUBAGENTS_HOME: this.layout.home,
+        SUBAGENTS_PARENT_RUN_ID: this.runId,
+        SUBAGENTS_ROOT_RUN_ID: this.record.rootRunId,
+        SUBAGENTS_DEPTH: String(this.record.depth + 1),
+        SUBAGENTS_BUDGET: budget.secret,
+        SUBAGENTS_RUN_TOKEN: this.record.runToken,
+      },
+    });
+    const timeoutMs = spec.agent.timeoutMs ?? this.record.defaultStepTimeoutMs;
+    let result;
+    try {
+      result = await runAgentProcess({
+        record: this.record,
+        paths: this.paths,
+        stepKey: st.key,
+        spec,
+        task,
+        env,
+        timeoutMs,
+        signal,
+        delegateServer: spec.agent.delegate ? delegateServerFor(env) : undefined,
+        onStarted: (agent) => {
+          st.process = agent;
+          void this.write();
+          void setAgentSlotProcess(this.layout, slotKey, agent).catch(() => {});
+        },
+      });
+    } finally {
+      budget.revoke();
+    }
+    await this.settleChildren(st.key);
+    await releaseAgentSlot(this.layout, slotKey).catch(() => {});
+    st.exitCode = result.exitCode;
+    st.signal = result.signal;
+    st.endedAt = new Date().toISOString();
+    st.outputBytes = result.outputBytes;
+    st.outputTruncated = result.outputTruncated;
+    if (result.parsed?.usage) st.usage = result.parsed.usage as Record<string, number>;
+    if (result.parsed?.costUsd !== undefined) st.costUsd = result.parsed.costUsd;
+    const ok = result.spawnError === null && result.stoppedFor === null && result.exitCode === 0 && !(result.parsed?.isError ?? false);
+    if (ok) {
+      st.state = 'completed';
+    } else if (result.stoppedFor === 'CANCELLED') {
+      st.state = 'cancelled';
+      st.error = { code: this.stopReason === 'TIMEOUT' ? 'TIMEOUT' : this.stopReason ?? 'CANCELLED', message: `step ${st.key} was stopped` };
+    } else {
+      st.state = 'failed';
+      st.error = result.spawnError !== null
+        ? { code: 'STEP_FAILED', message: `agent ${spec.agent.name} could not be started (${result.spawnError})` }
+        : result.stoppedFor === 'TIMEOUT'
+          ? { code: 'TIMEOUT', message: `agent ${spec.agent.name} exceeded its step limit of ${timeoutMs} ms` }
+          : result.parsed?.isError
+            ? { code: 'STEP_FAILED', message: `agent ${spec.agent.name} reported an error: ${(result.parsed.errorMessage ?? 'unknown').slice(0, 300)}` }
+            : { code: 'STEP_FAILED', message: `agent ${spec.agent.name} exited with ${result.signal ? `signal ${result.signal}` : `code ${result.exitCode}`}` };
+    }
+    await this.write();
+    this.store.event(this.runId, { type: 'step-ended', step: st.key, state: st.state, exitCode: st.exitCode, signal: st.signal });
+    const text = readOutputText(this.paths.output(st.key), this.record.maxOutputBytes);
+    return { ok, text, error: st.error };
+  }
+
+  /** A fresh secret for the running step; only its hash is stored, and it is deleted when the step ends. */
+  private mintBudget(stepKey: string): { secret: string; revoke: () => void } {
+    const secret = randomBytes(32).toString('base64url');
+    const file = this.paths.budgetFile(createHash('sha256').update(secret).digest('hex'));
+    writeFileAtomic(file, JSON.stringify({ stepKey, at: new Date().toISOString() }));
+    return { secret, revoke: () => { try { fs.unlinkSync(file); } catch { /* gone */ } } };
+  }
+
+  /** Nested runs of a step still active when its agent exited are cancelled, and the step waits for them to end. */
+  private async settleChildren(stepKey: string): Promise<void> {
+    const children = this.store.children(this.runId).filter((c) => c.stepKey === stepKey);
+    if (children.length === 0) return;
+    const reason = this.stopReason === 'CANCELLED' ? 'CANCELLED' : 'PARENT_ENDED';
+    const deadline = performance.now() + this.record.killGraceMs + 5000;
+    for (const c of children) {
+      const s = safeStatus(this.store, c.runId);
+      if (s && !isTerminalRun(s.state)) {
+        try {
+          writeFileAtomic(this.store.paths(c.runId).cancelRequest, JSON.stringify({ at: new Date().toISOString(), reason }));
+        } catch { /* the child's own reconciliation will end it */ }
+      }
+    }
+    while (performance.now() < deadline) {
+      if (children.every((c) => { const s = safeStatus(this.store, c.runId); return !s || isTerminalRun(s.state); })) return;
+      await sleep(100);
+    }
+  }
+
+  private stop(reason: StopReason): void {
+    if (this.stopReason) return;
+    this.stopReason = reason;
+    this.store.event(this.runId, { type: 'stop', reason });
+    this.abort.abort();
+  }
+
+  /** A cancel request is a file (the runner is the single writer of status); watched, with a slow poll behind it. */
+  private watchForCancel(): () => void {
+    const check = () => {
+      const req = (() => { try { return readJsonFile<{ reason?: string }>(this.paths.cancelRequest); } catch { return { reason: 'CANCELLED' }; } })();
+      if (req) this.stop(req.reason === 'PARENT_ENDED' ? 'PARENT_ENDED' : 'CANCELLED');
+    };
+    let watcher: fs.FSWatcher | undefined;
+    try {
+      watcher = fs.watch(this.paths.dir, (_e, name) => { if (!name || name.startsWith('cancel-request')) check(); });
+      watcher.on('error', () => {});
+    } catch { /* poll only */ }
+    const poll = setInterval(check, 500);
+    const onSignal = () => this.stop('CANCELLED');
+    process.on('SIGTERM', onSignal);
+    process.on('SIGINT', onSignal);
+    process.on('SIGHUP', () => {});
+    check();
+    return () => {
+      watcher?.close();
+      clearInterval(poll);
+      process.off('SIGTERM', onSignal);
+      process.off('SIGINT', onSignal);
+    };
+  }
+
+  /** Every process of the run's group or carrying its token, except the runner itself: SIGTERM → grace → SIGKILL. */
+  private async sweepLeftovers(): Promise<void> {
+    const find = () => findRunProcesses({ pgids: [this.me.pid], token: this.record.runToken, exclude: [process.pid] });
+    const r = await terminateProcesses(find, this.record.killGraceMs);
+    if (r.survivors.length) this.status.survivors = r.survivors.map((p) => ({ pid: p.pid, startTime: p.startTime }));
+  }
+
+  /** Moves accepted appends into the step list (caller holds the run lock). */
+  private takeAppendsLocked(): void {
+    for (const a of this.store.readAppends(this.runId)) {
+      if (a.seq <= this.status.appendsTaken) continue;
+      this.specs.push(a.step);
+      const st = newStepStatus(this.specs.length - 1, a.step);
+      st.appendSeq = a.seq;
+      this.status.steps.push(st);
+      this.status.appendsTaken = a.seq;
+    }
+  }
+
+  /** Writes the terminal status (compare-and-set: a terminal state already stored wins) and the run's output. */
+  private commitLocked(state: RunState, error: StepError | null, lastText: string): void {
+    const now = new Date().toISOString();
+    for (const st of this.status.steps) {
+      for (const m of st.members ?? []) if (!isTerminalStep(m.state)) m.state = m.state === 'running' ? 'cancelled' : 'skipped';
+      if (!isTerminalStep(st.state)) st.state = st.state === 'running' ? 'cancelled' : 'skipped';
+    }
+    const output = this.record.mode === 'chain' ? lastText
+      : this.record.mode === 'parallel' ? readOutputText(this.paths.output('0'), this.record.maxOutputBytes) : lastText;
+    writeFileAtomic(this.paths.runOutput, output, { durable: false });
+    this.status = this.store.updateLocked(this.runId, () => ({ ...this.status, state, error, endedAt: now }), { durable: true });
+  }
+
+  private async write(): Promise<void> {
+    const stored = await this.store.update(this.runId, () => this.status);
+    if (isTerminalRun(stored.state) && stored !== this.status) {
+      // Someone ended the run while we live (it cannot normally happen: others write only when we are gone).
+      this.stop('CANCELLED');
+    }
+  }
+
+  /** Returns the capacity slot (after the whole tree ended) and the fan-out claims of agents that never started. */
+  private async releaseLedger(): Promise<void> {
+    let unstarted = 0;
+    for (const st of this.status.steps) {
+      if (st.members) unstarted += st.members.filter((m) => m.startedAt === null).length;
+      else if (st.startedAt === null) unstarted++;
+    }
+    await withLedger(this.layout, (l) => {
+      const tree = l.trees[this.record.rootRunId];
+      if (tree && unstarted > 0) tree.used = Math.max(0, tree.used - unstarted);
+      if (this.record.depth === 0) {
+        // The root ends last (its steps waited for their nested runs), so the whole tree is terminal now.
+        delete l.roots[this.runId];
+        delete l.trees[this.runId];
+      }
+    }).catch((e: unknown) => process.stderr.write(`runner: ledger release failed: ${(e as Error).message}\n`));
+  }
+}
+
+function substitute(task: string, previous: string): string {
+  // One pass: text coming from the previous step is never scanned for `{previous}` again.
+  return task.split('{previous}').join(previous);
+}
+
+function readOutputText(file: string, cap: number): string {
+  try {
+    const st = fs.statSync(file);
+    return st.size <= cap ? fs.readFileSync(file, 'utf8') : readTail(file, cap);
+  } catch {
+    return '';
+  }
+}
+
+function safeStatus(store: RunStore, runId: string): RunStatus | null {
+  try {
+    return store.readStatus(runId);
+  } catch {
+    return null;
+  }
+}
+
+/** The command that starts this same server, for `delegate: true` (the nesting variables travel in its env). */
+function delegateServerFor(env: Record<string, string>): { command: string; args: string[]; env: Record<string, string> } {
+  const main = path.join(path.dirname(path.dirname(new URL(import.meta.url).pathname)), 'main.js');
+  const keep = Object.fromEntries(Object.entries(env).filter(([k]) => k.startsWith('SUBAGENTS_')));
+  return { command: process.execPath, args: [main, 'serve'], env: keep };
+}
+
+export type { RunErrorCode };

@@ -1,0 +1,37 @@
+import fs from 'node:fs';
+
+/**
+ * The few file-system calls that change state, behind one seam so tests can inject ENOSPC, EACCES or EROFS at a
+ * named write without breaking the machine. Production code never swaps it.
+ */
+export interface FsPort {
+  openSync: typeof fs.openSync;
+  writeSync: (fd: number, data: Uint8Array) => number;
+  fsyncSync: typeof fs.fsyncSync;
+  closeSync: typeof fs.closeSync;
+  renameSync: typeof fs.renameSync;
+  linkSync: typeof fs.linkSync;
+  unlinkSync: typeof fs.unlinkSync;
+  mkdirSync: typeof fs.mkdirSync;
+  appendFileSync: typeof fs.appendFileSync;
+}
+
+const real: FsPort = {
+  openSync: fs.openSync,
+  writeSync: (fd, data) => fs.writeSync(fd, data),
+  fsyncSync: fs.fsyncSync,
+  closeSync: fs.closeSync,
+  renameSync: fs.renameSync,
+  linkSync: fs.linkSync,
+  unlinkSync: fs.unlinkSync,
+  mkdirSync: fs.mkdirSync,
+  appendFileSync: fs.appendFileSync,
+};
+
+export let fsPort: FsPort = real;
+
+/** Test seam: replace some calls; returns a function that restores the real ones. */
+export function overrideFsPort(partial: Partial<FsPort>): () => void {
+  fsPort = { ...real, ...partial };
+  return () => { fsPort = real; };
+}

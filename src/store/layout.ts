@@ -1,0 +1,53 @@
+import path from 'node:path';
+import { isRunId } from '../ids.js';
+
+/**
+ * Every path inside the state home, in one place. Run ids are validated before they are joined into a path, so a
+ * client-supplied id can never name a file outside the home.
+ */
+export class Layout {
+  constructor(readonly home: string) {}
+  get runsDir(): string { return path.join(this.home, 'runs'); }
+  get locksDir(): string { return path.join(this.home, 'locks'); }
+  get operatorAgentsDir(): string { return path.join(this.home, 'agents'); }
+  get ledgerFile(): string { return path.join(this.home, 'ledger.json'); }
+  get sessionsFile(): string { return path.join(this.home, 'sessions.json'); }
+  runDir(runId: string): string {
+    if (!isRunId(runId)) throw new Error('invalid run id');
+    return path.join(this.runsDir, runId);
+  }
+  run(runId: string): RunPaths { return new RunPaths(this.runDir(runId)); }
+}
+
+/** The files of one run. */
+export class RunPaths {
+  constructor(readonly dir: string) {}
+  /** Immutable launch record, written before the runner starts. */
+  get record(): string { return path.join(this.dir, 'run.json'); }
+  /** Progress and final state; the runner is its single writer while it lives. */
+  get status(): string { return path.join(this.dir, 'status.json'); }
+  get events(): string { return path.join(this.dir, 'events.jsonl'); }
+  /** The runner's own stdout+stderr (its crash reasons; never agent output). */
+  get runnerLog(): string { return path.join(this.dir, 'runner.log'); }
+  get ready(): string { return path.join(this.dir, 'ready.json'); }
+  get proceed(): string { return path.join(this.dir, 'proceed'); }
+  get cancelRequest(): string { return path.join(this.dir, 'cancel-request.json'); }
+  get dismissed(): string { return path.join(this.dir, 'dismissed.json'); }
+  get appendsDir(): string { return path.join(this.dir, 'appends'); }
+  appendFile(seq: number): string { return path.join(this.appendsDir, `${String(seq).padStart(6, '0')}.json`); }
+  get outDir(): string { return path.join(this.dir, 'out'); }
+  /** The final text of a step (`0`, or `2.1` for member 1 of step 2). */
+  output(stepKey: string): string { return path.join(this.outDir, `${stepKey}.txt`); }
+  /** The CLI's raw stdout when an adapter parses it. */
+  rawOutput(stepKey: string): string { return path.join(this.outDir, `${stepKey}.raw`); }
+  stderr(stepKey: string): string { return path.join(this.outDir, `${stepKey}.err`); }
+  systemPrompt(stepKey: string): string { return path.join(this.dir, 'prompts', `${stepKey}.system.md`); }
+  taskFile(stepKey: string): string { return path.join(this.dir, 'prompts', `${stepKey}.task.md`); }
+  get promptsDir(): string { return path.join(this.dir, 'prompts'); }
+  get runOutput(): string { return path.join(this.outDir, 'run.txt'); }
+  get lockTarget(): string { return path.join(this.dir, 'run'); }
+  get childrenDir(): string { return path.join(this.dir, 'children'); }
+  /** Hashes of the nesting secrets (SUBAGENTS_BUDGET) of running steps; a file exists only while its step runs. */
+  get budgetDir(): string { return path.join(this.dir, 'budget'); }
+  budgetFile(secretHash: string): string { return path.join(this.budgetDir, `${secretHash}.json`); }
+}

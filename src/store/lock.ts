@@ -1,0 +1,50 @@
+import lockfile from 'proper-lockfile';
+import { SubagentError } from '../errors.js';
+
+export interface LockOptions {
+  /** How long to wait for the lock before answering BUSY (SPEC §6: at most 5 s). */
+  waitMs?: number;
+  /** A holder that stops refreshing the lock for this long is presumed dead. */
+  staleMs?: number;
+  /** Name used in the BUSY message. */
+  what?: string;
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * Runs `fn` holding a cross-process lock on `target` (a `<target>.lock` directory, proper-lockfile semantics:
+ * mkdir is atomic; the holder refreshes its mtime; a holder dead for `staleMs` is taken over). The lock is never held
+ * across a spawn or a wait: callers keep `fn` to bounded file work.
+ */
+export async function withLock<T>(target: string, fn: () => T | Promise<T>, options: LockOptions = {}): Promise<T> {
+  const waitMs = options.waitMs ?? 5000;
+  const staleMs = options.staleMs ?? 5000;
+  const deadline = performance.now() + waitMs;
+  let release: (() => Promise<void>) | undefined;
+  let delay = 2;
+  for (;;) {
+    try {
+      release = await lockfile.lock(target, {
+        realpath: false,
+        stale: staleMs,
+        retries: 0,
+        // A lost lock (its mtime was taken over) must not crash a server; the holder's work is bounded anyway.
+        onCompromised: () => {},
+      });
+      break;
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ELOCKED') throw e;
+      if (performance.now() >= deadline) {
+        throw new SubagentError('BUSY', `the ${options.what ?? 'state'} lock stayed held for ${waitMs} ms by another process; retry in a moment.`);
+      }
+      await sleep(delay);
+      delay = Math.min(delay * 2, 25);
+    }
+  }
+  try {
+    return await fn();
+  } finally {
+    await release().catch(() => {});
+  }
+}

@@ -1,0 +1,132 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { SubagentError } from '../errors.js';
+import { isRunId } from '../ids.js';
+import { ensurePrivateDir, writeFileAtomic } from './atomic-write.js';
+import { appendEvent } from './event-log.js';
+import { readJsonFile } from './json-file.js';
+import { Layout, RunPaths } from './layout.js';
+import { withLock } from './lock.js';
+import { isTerminalRun, type AppendRecord, type RunRecord, type RunStatus } from './run-types.js';
+
+/** Files of runs: records, status with compare-and-set of terminal states, appends, markers. */
+export class RunStore {
+  constructor(readonly layout: Layout) {}
+
+  paths(runId: string): RunPaths {
+    return this.layout.run(runId);
+  }
+
+  /** Writes the launch record and the first status, durably, before any process is started. */
+  create(record: RunRecord, status: RunStatus): RunPaths {
+    const p = this.paths(record.runId);
+    fs.mkdirSync(p.dir, { mode: 0o700 });
+    for (const d of [p.outDir, p.appendsDir, p.promptsDir, p.childrenDir, p.budgetDir]) ensurePrivateDir(d);
+    writeFileAtomic(p.record, JSON.stringify(record));
+    writeFileAtomic(p.status, JSON.stringify(status));
+    appendEvent(p.events, { type: 'created', mode: record.mode, steps: record.steps.length });
+    return p;
+  }
+
+  exists(runId: string): boolean {
+    return isRunId(runId) && fs.existsSync(this.paths(runId).record);
+  }
+
+  readRecord(runId: string): RunRecord | null {
+    return readJsonFile<RunRecord>(this.paths(runId).record, `run.json of ${runId}`);
+  }
+
+  readStatus(runId: string): RunStatus | null {
+    return readJsonFile<RunStatus>(this.paths(runId).status, `status.json of ${runId}`);
+  }
+
+  /** Runs `fn` holding the run's lock: every status write and every append decision happen under it. */
+  withRunLock<T>(runId: string, fn: () => T | Promise<T>): Promise<T> {
+    return withLock(this.paths(runId).lockTarget, fn, { what: `run ${runId}` });
+  }
+
+  /**
+   * Read-modify-write of status under the run lock. A terminal state never changes again: once the stored state is
+   * terminal, `mutate` is not called and the stored status is returned (the first terminal state wins).
+   */
+  async update(runId: string, mutate: (s: RunStatus) => RunStatus | null, options: { durable?: boolean } = {}): Promise<RunStatus> {
+    return this.withRunLock(runId, () => this.updateLocked(runId, mutate, options));
+  }
+
+  /** The same, for a caller that already holds the run lock. */
+  updateLocked(runId: string, mutate: (s: RunStatus) => RunStatus | null, options: { durable?: boolean } = {}): RunStatus {
+    const current = this.readStatus(runId);
+    if (!current) throw new SubagentError('STATE_CORRUPT', `status.json of ${runId} is missing.`);
+    if (isTerminalRun(current.state)) return current;
+    const next = mutate(structuredClone(current));
+    if (!next) return current;
+    next.updatedAt = new Date().toISOString();
+    const durable = options.durable ?? isTerminalRun(next.state);
+    writeFileAtomic(this.paths(runId).status, JSON.stringify(next), { durable });
+    return next;
+  }
+
+  listRunIds(): string[] {
+    let names: string[];
+    try {
+      names = fs.readdirSync(this.layout.runsDir);
+    } catch {
+      return [];
+    }
+    return names.filter(isRunId);
+  }
+
+  readAppends(runId: string): AppendRecord[] {
+    const dir = this.paths(runId).appendsDir;
+    let names: string[] = [];
+    try {
+      names = fs.readdirSync(dir).filter((n) => /^\d{6}\.json$/.test(n)).sort();
+    } catch { /* none */ }
+    const out: AppendRecord[] = [];
+    for (const n of names) {
+      const rec = readJsonFile<AppendRecord>(path.join(dir, n), `append ${n} of ${runId}`);
+      if (rec) out.push(rec);
+    }
+    return out;
+  }
+
+  /** Durable before `append` answers (SPEC §8.1). Caller holds the run lock. */
+  writeAppend(runId: string, rec: AppendRecord): void {
+    writeFileAtomic(this.paths(runId).appendFile(rec.seq), JSON.stringify(rec));
+  }
+
+  isDismissed(runId: string): boolean {
+    return fs.existsSync(this.paths(runId).dismissed);
+  }
+
+  markDismissed(runId: string, sessionId: string): void {
+    writeFileAtomic(this.paths(runId).dismissed, JSON.stringify({ at: new Date().toISOString(), by: sessionId }));
+  }
+
+  /** Nested runs launched from a step of this run (each nested launch writes a marker here). */
+  children(runId: string): Array<{ runId: string; stepKey: string }> {
+    const dir = this.paths(runId).childrenDir;
+    let names: string[] = [];
+    try {
+      names = fs.readdirSync(dir);
+    } catch { /* none */ }
+    const out: Array<{ runId: string; stepKey: string }> = [];
+    for (const n of names) {
+      const m = /^(r-[A-Za-z0-9_-]{24})\.json$/.exec(n);
+      if (!m) continue;
+      const rec = readJsonFile<{ stepKey: string }>(path.join(dir, n));
+      if (rec) out.push({ runId: m[1]!, stepKey: rec.stepKey });
+    }
+    return out;
+  }
+
+  addChild(parentRunId: string, childRunId: string, stepKey: string): void {
+    writeFileAtomic(path.join(this.paths(parentRunId).childrenDir, `${childRunId}.json`), JSON.stringify({ stepKey }));
+  }
+
+  event(runId: string, event: { type: string; [k: string]: unknown }): void {
+    try {
+      appendEvent(this.paths(runId).events, event);
+    } catch { /* the event log is best effort; status is the record */ }
+  }
+}

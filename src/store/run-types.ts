@@ -1,0 +1,115 @@
+import type { FrozenAgent } from '../agents/types.js';
+import type { ProcessIdentity } from '../process/identity.js';
+import type { RunErrorCode } from '../errors.js';
+
+export type RunState = 'starting' | 'running' | 'completed' | 'failed' | 'cancelled';
+export type StepState = 'pending' | 'running' | 'completed' | 'failed' | 'cancelled' | 'skipped';
+export type RunMode = 'single' | 'parallel' | 'chain';
+
+export const TERMINAL_RUN_STATES: readonly RunState[] = ['completed', 'failed', 'cancelled'];
+export const TERMINAL_STEP_STATES: readonly StepState[] = ['completed', 'failed', 'cancelled', 'skipped'];
+export const isTerminalRun = (s: RunState): boolean => TERMINAL_RUN_STATES.includes(s);
+export const isTerminalStep = (s: StepState): boolean => TERMINAL_STEP_STATES.includes(s);
+
+export interface AgentTaskSpec {
+  agent: FrozenAgent;
+  task: string;
+  model?: string;
+}
+
+export type StepSpec =
+  | ({ kind: 'agent' } & AgentTaskSpec)
+  | { kind: 'group'; members: AgentTaskSpec[]; concurrency: number; failFast: boolean };
+
+/** Limits of a run tree, fixed when its root is launched (SPEC §2). */
+export interface TreeLimits {
+  maxSpawns: number;
+  maxDepth: number;
+}
+
+/** The immutable launch record (`run.json`), written and fsynced before the runner is spawned. */
+export interface RunRecord {
+  v: 1;
+  runId: string;
+  sessionId: string;
+  mode: RunMode;
+  cwd: string;
+  label: string | null;
+  createdAt: string;
+  /** Whole-run limit, or null. */
+  timeoutMs: number | null;
+  defaultStepTimeoutMs: number;
+  killGraceMs: number;
+  handshakeTimeoutMs: number;
+  maxOutputBytes: number;
+  maxAgents: number;
+  /** Names and globs of pass-through variables (SUBAGENTS_PASS_ENV), for the agents' environment. */
+  passEnv: string[];
+  /** The user's umask, restored for agents (server and runner use 077). */
+  umask: number;
+  /** Top-level runs are depth 0; their agents depth 1. */
+  depth: number;
+  rootRunId: string;
+  parentRunId: string | null;
+  parentStepKey: string | null;
+  limits: TreeLimits;
+  /** Random per run; every agent process carries it as SUBAGENTS_RUN_TOKEN. */
+  runToken: string;
+  /** The server that launched it (a reservation of a dead launcher is reclaimed). */
+  server: ProcessIdentity;
+  steps: StepSpec[];
+}
+
+export interface StepError {
+  code: RunErrorCode;
+  message: string;
+}
+
+export interface StepStatus {
+  index: number;
+  /** `0`, `3`, or `3.1` for member 1 of step 3: names the step's files. */
+  key: string;
+  agent: string;
+  state: StepState;
+  exitCode: number | null;
+  signal: string | null;
+  startedAt: string | null;
+  endedAt: string | null;
+  /** The agent process, with its start time (evidence, and the identity any later signal is checked against). */
+  process: ProcessIdentity | null;
+  usage: Record<string, number> | null;
+  costUsd: number | null;
+  error: StepError | null;
+  /** Bytes the agent wrote as output (counted even past the cap), and whether the stored copy was cut. */
+  outputBytes: number;
+  outputTruncated: boolean;
+  /** Set for appended steps: the append sequence number. */
+  appendSeq: number | null;
+  members?: StepStatus[];
+}
+
+/** `status.json`: the runner is its single writer while it lives; others write it only under the run lock, with CAS on terminal states. */
+export interface RunStatus {
+  v: 1;
+  runId: string;
+  state: RunState;
+  error: StepError | null;
+  startedAt: string | null;
+  endedAt: string | null;
+  updatedAt: string;
+  runner: ProcessIdentity | null;
+  steps: StepStatus[];
+  /** Highest append sequence number the runner has taken into `steps`. */
+  appendsTaken: number;
+  /** Processes that survived SIGKILL (listed by cancel). */
+  survivors: ProcessIdentity[];
+  /** For RUNNER_LOST: the end of the runner's own log (its crash reason; never agent output). */
+  runnerLogTail?: string;
+}
+
+/** An accepted `append` (`appends/<seq>.json`): durable before the tool answers. */
+export interface AppendRecord {
+  seq: number;
+  acceptedAt: string;
+  step: StepSpec;
+}

@@ -1,0 +1,80 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { writeFileAtomic, ensurePrivateDir } from './atomic-write.js';
+import { readJsonFile } from './json-file.js';
+
+/** One session's record. Each file has a single writer (its own server), so no lock is needed. */
+export interface SessionRecord {
+  v: 1;
+  sessionId: string;
+  startedAt: string;
+  client: { name: string; version: string } | null;
+  /** Sessions this one adopted (restore), directly; their own ancestors follow transitively. */
+  ancestors: string[];
+}
+
+const SAFE_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
+
+/**
+ * The session registry: `sessions/<id>.json` per session. If one is lost or damaged, its ancestors are rebuilt from
+ * the adoption markers restore leaves in the adopted sessions' run directories (`adopted-by/<id>`).
+ */
+export class SessionRegistry {
+  readonly dir: string;
+  constructor(private readonly home: string) {
+    this.dir = path.join(home, 'sessions');
+  }
+
+  private file(id: string): string | null {
+    return SAFE_ID.test(id) ? path.join(this.dir, `${encodeURIComponent(id)}.json`) : null;
+  }
+
+  read(id: string): SessionRecord | null {
+    const f = this.file(id);
+    if (!f) return null;
+    try {
+      return readJsonFile<SessionRecord>(f);
+    } catch {
+      return null; // damaged: callers rebuild what they need from the run records
+    }
+  }
+
+  write(rec: SessionRecord): void {
+    ensurePrivateDir(this.dir);
+    const f = this.file(rec.sessionId);
+    if (f) writeFileAtomic(f, JSON.stringify(rec));
+  }
+
+  exists(id: string): boolean {
+    const f = this.file(id);
+    return f !== null && fs.existsSync(f);
+  }
+
+  /** Every session id with a record file. */
+  list(): string[] {
+    try {
+      return fs.readdirSync(this.dir).filter((n) => n.endsWith('.json')).map((n) => decodeURIComponent(n.slice(0, -5)));
+    } catch {
+      return [];
+    }
+  }
+
+  /** The ancestors of `id`: from its record, else rebuilt from adoption markers under the runs. */
+  ancestorsOf(id: string, runsDir: string): string[] {
+    const rec = this.read(id);
+    if (rec) return rec.ancestors;
+    return rebuildAncestors(id, runsDir);
+  }
+}
+
+function rebuildAncestors(id: string, runsDir: string): string[] {
+  const out = new Set<string>();
+  let runs: string[] = [];
+  try { runs = fs.readdirSync(runsDir); } catch { return []; }
+  for (const r of runs) {
+    const marker = path.join(runsDir, r, 'adopted-by', `${encodeURIComponent(id)}.json`);
+    const m = (() => { try { return readJsonFile<{ owner: string }>(marker); } catch { return null; } })();
+    if (m?.owner) out.add(m.owner);
+  }
+  return [...out];
+}

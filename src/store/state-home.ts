@@ -1,0 +1,41 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { ensurePrivateDir } from './atomic-write.js';
+
+export class UnsafeStateHomeError extends Error {}
+
+/**
+ * Checks the state home before anything is written into it: the home holds prompts and outputs, so a symlinked,
+ * foreign-owned or group/world-writable home would let another user read or redirect them.
+ */
+export function checkStateHome(home: string): { problems: string[]; exists: boolean } {
+  const problems: string[] = [];
+  let st: fs.Stats;
+  try {
+    st = fs.lstatSync(home);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { problems, exists: false };
+    throw e;
+  }
+  if (st.isSymbolicLink()) problems.push(`${home} is a symlink; point SUBAGENTS_HOME at the real directory`);
+  else if (!st.isDirectory()) problems.push(`${home} is not a directory`);
+  else {
+    if (typeof process.getuid === 'function' && st.uid !== process.getuid()) {
+      problems.push(`${home} is owned by uid ${st.uid}, not by this user (uid ${process.getuid()})`);
+    }
+    if ((st.mode & 0o022) !== 0) {
+      problems.push(`${home} is group- or world-writable (mode ${(st.mode & 0o777).toString(8)}); run: chmod 700 ${home}`);
+    }
+  }
+  return { problems, exists: true };
+}
+
+/** Creates (0700) and validates the state home and its fixed subdirectories; throws UnsafeStateHomeError with people-readable reasons. */
+export function openStateHome(home: string): void {
+  const before = checkStateHome(home);
+  if (before.problems.length) throw new UnsafeStateHomeError(`unsafe state home: ${before.problems.join('; ')}`);
+  if (!before.exists) fs.mkdirSync(home, { recursive: true, mode: 0o700 });
+  const after = checkStateHome(home);
+  if (after.problems.length) throw new UnsafeStateHomeError(`unsafe state home: ${after.problems.join('; ')}`);
+  for (const sub of ['runs', 'agents', 'locks']) ensurePrivateDir(path.join(home, sub));
+}

@@ -1,0 +1,62 @@
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StdioClientTransport, getDefaultEnvironment } from '@modelcontextprotocol/sdk/client/stdio.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { MAIN_JS } from './paths.js';
+
+export interface Started {
+  client: Client;
+  transport: StdioClientTransport;
+  /** Everything the server wrote to stderr so far. */
+  stderr: () => string;
+  pid: number;
+  close: () => Promise<void>;
+  call: (name: string, args?: Record<string, unknown>, opts?: { onprogress?: (p: unknown) => void; signal?: AbortSignal; timeout?: number }) => Promise<CallToolResult>;
+}
+
+/**
+ * Starts the built server as a real child process and connects the SDK client over stdio, with exactly the
+ * environment given (plus the SDK's minimal defaults).
+ */
+export async function startServer(env: Record<string, string>, o: { args?: string[]; cwd?: string; name?: string } = {}): Promise<Started> {
+  const transport = new StdioClientTransport({
+    command: process.execPath,
+    args: [MAIN_JS, 'serve', ...(o.args ?? [])],
+    env: { ...getDefaultEnvironment(), ...env },
+    cwd: o.cwd,
+    stderr: 'pipe',
+  });
+  let err = '';
+  transport.stderr?.on('data', (c: Buffer) => { err += c.toString(); });
+  const client = new Client({ name: o.name ?? 'test-client', version: '1.0.0' }, { capabilities: {} });
+  await client.connect(transport);
+  const call = async (name: string, args: Record<string, unknown> = {}, opts: { onprogress?: (p: unknown) => void; signal?: AbortSignal; timeout?: number } = {}) =>
+    (await client.callTool({ name, arguments: args }, undefined, { timeout: opts.timeout ?? 55_000, onprogress: opts.onprogress, signal: opts.signal })) as CallToolResult;
+  return {
+    client, transport, stderr: () => err, pid: transport.pid!,
+    close: async () => { await client.close().catch(() => {}); },
+    call,
+  };
+}
+
+/** The text of a tool result's first content block. */
+export function textOf(r: CallToolResult): string {
+  const c = r.content[0];
+  return c && c.type === 'text' ? c.text : '';
+}
+
+/** structuredContent typed loosely for assertions. */
+export function sc<T = Record<string, any>>(r: CallToolResult): T {
+  return r.structuredContent as T;
+}
+
+/** Waits (via status long-polls) until the run is terminal; returns the final status. */
+export async function waitTerminal(s: Started, runId: string, maxMs = 60_000): Promise<Record<string, any>> {
+  const end = Date.now() + maxMs;
+  for (;;) {
+    const r = await s.call('status', { runId, waitMs: 20_000, until: 'terminal' });
+    const v = sc(r);
+    if (r.isError) throw new Error(`status failed: ${textOf(r)}`);
+    if (['completed', 'failed', 'cancelled'].includes(v.state)) return v;
+    if (Date.now() > end) throw new Error(`run ${runId} not terminal after ${maxMs} ms (state ${v.state})`);
+  }
+}

@@ -1,0 +1,22 @@
+import type { Reporter, TestModule } from 'vitest/node';
+
+/** Prints the plain closing line CI reads: `N passed, N failed, N skipped`. */
+export default class SummaryReporter implements Reporter {
+  onTestRunEnd(testModules: ReadonlyArray<TestModule>, unhandledErrors: ReadonlyArray<unknown>): void {
+    let passed = 0;
+    let failed = 0;
+    let skipped = 0;
+    for (const mod of testModules) {
+      const tests = [...mod.children.allTests()];
+      for (const t of tests) {
+        const s = t.result().state;
+        if (s === 'passed') passed++;
+        else if (s === 'failed') failed++;
+        else skipped++;
+      }
+      if (mod.state() === 'failed' && tests.length === 0) failed++; // a file that failed to load
+    }
+    failed += unhandledErrors.length;
+    process.stdout.write(`\n${passed} passed, ${failed} failed, ${skipped} skipped\n`);
+  }
+}
