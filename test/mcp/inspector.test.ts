@@ -1,0 +1,52 @@
+import { execFile } from 'node:child_process';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { MAIN_JS, REPO, FIXTURE_AGENTS } from '../helpers/paths.js';
+import { tempStateHome, writeAgent } from '../helpers/state-home.js';
+
+/**
+ * The MCP Inspector CLI (a client we did not write) against the built server: `--strict` lints the published schemas
+ * for portability; exit codes are 0 on success, 5 when a tool answers isError.
+ */
+function inspector(args: string[], env: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {
+  const envArgs = Object.entries(env).flatMap(([k, v]) => ['-e', `${k}=${v}`]);
+  return new Promise((resolve) => {
+    execFile('npx', ['--no-install', 'mcp-inspector', '--cli', ...args, ...envArgs], { cwd: REPO, timeout: 45_000, env: { ...process.env, NO_COLOR: '1' } },
+      (err, stdout, stderr) => resolve({ code: err ? (typeof err.code === 'number' ? err.code : -1) : 0, stdout, stderr }));
+  });
+}
+
+describe('MCP Inspector CLI', () => {
+  let t: ReturnType<typeof tempStateHome>;
+  let env: Record<string, string>;
+  beforeAll(() => {
+    t = tempStateHome();
+    writeAgent(path.join(t.home, 'agents'), 'echo', { backend: 'command', command: ['node', path.join(FIXTURE_AGENTS, 'fake-agent.mjs'), 'echo'] });
+    env = { SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root };
+  });
+  afterAll(() => t.cleanup());
+
+  it('tools/list --strict exits 0', async () => {
+    const r = await inspector(['node', MAIN_JS, '--method', 'tools/list', '--strict'], env);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.stdout).toContain('"launch"');
+  });
+
+  it('runs from mcp.json (--config mcp.json --server subagents) at the repo root', async () => {
+    const r = await inspector(['--config', 'mcp.json', '--server', 'subagents', '--method', 'tools/list', '--format', 'json', '-q'], env);
+    expect(r.code, r.stderr).toBe(0);
+    const names = (JSON.parse(r.stdout) as { result: { tools: Array<{ name: string }> } }).result.tools.map((x) => x.name).sort();
+    expect(names).toEqual(['agents', 'append', 'cancel', 'dismiss', 'launch', 'restore', 'status']);
+  });
+
+  it('a tool call answers 0 on success and 5 on a refusal (isError)', async () => {
+    const [ok, bad] = await Promise.all([
+      inspector(['node', MAIN_JS, '--method', 'tools/call', '--tool-name', 'agents', '--format', 'json', '-q'], env),
+      inspector(['node', MAIN_JS, '--method', 'tools/call', '--tool-name', 'launch', '--tool-args-json', '{"agent":"nope","task":"x"}', '--format', 'json', '-q'], env),
+    ]);
+    expect(ok.code, ok.stderr).toBe(0);
+    expect(ok.stdout).toContain('"echo"');
+    expect(bad.code, bad.stdout + bad.stderr).toBe(5);
+    expect(bad.stdout).toContain('UNKNOWN_AGENT');
+  });
+});
