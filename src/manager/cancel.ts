@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import { isAlive } from '../process/identity.js';
-import { findRunProcesses, terminateProcesses } from '../process/terminate.js';
+import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/terminate.js';
 import { writeFileAtomic } from '../store/atomic-write.js';
 import { isTerminalRun, isTerminalStep, type RunStatus, type StepStatus } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';
@@ -46,7 +46,7 @@ export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?:
     if (!isTerminalRun(s.state) && s.runner) {
       // The runner did not act within its grace: stop everything of the run from here.
       const runner = s.runner;
-      const term = await terminateProcesses(() => findRunProcesses({ pgids: [runner.pid], token: record.runToken, exclude: [process.pid] }), 0, 500);
+      const term = await terminateProcesses(() => findRunProcesses({ pgids: runnerGroups(runner), token: record.runToken, exclude: [process.pid] }), 0, 500);
       s = await ctx.store.update(runId, (cur) => cancelled(cur, term.survivors.map((p) => ({ pid: p.pid, startTime: p.startTime }))), { durable: true });
       if (term.survivors.length === 0) {
         await withLedger(ctx.layout, (l) => {

@@ -1,6 +1,6 @@
 import { SubagentError } from '../errors.js';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
-import { findRunProcesses } from '../process/terminate.js';
+import { findRunProcesses, runnerGroups } from '../process/terminate.js';
 import { pruneAgentSlots } from '../runner/agent-slots.js';
 import { withLedger, readLedger, type Ledger } from '../store/ledger.js';
 import type { ManagerContext } from './context.js';
@@ -23,7 +23,7 @@ export function pruneRoots(l: Ledger, handshakeTimeoutMs: number): void {
         delete l.roots[runId];
         firstSeenUnbound.delete(runId);
       }
-    } else if (!isAlive(r.runner) && findRunProcesses({ pgids: [r.runner.pid] }).length === 0) {
+    } else if (!isAlive(r.runner) && findRunProcesses({ pgids: runnerGroups(r.runner) }).length === 0) {
       delete l.roots[runId];
     }
   }

@@ -1,5 +1,5 @@
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
-import { findRunProcesses, terminateProcesses } from '../process/terminate.js';
+import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/terminate.js';
 import { readTail } from '../runner/agent-process.js';
 import { writeFileAtomic } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
@@ -39,14 +39,14 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
       ? ended(cur, 'failed', { code: 'HANDSHAKE_FAILED', message: 'the launching server ended before the run started; no agent was started' })
       : null), { durable: true });
     if (after.state === 'failed' && ready && isAlive(ready)) {
-      await terminateProcesses(() => findRunProcesses({ pgids: [ready.pid] }), 0);
+      await terminateProcesses(() => findRunProcesses({ pgids: runnerGroups(ready) }), 0);
     }
     if (after.state === 'failed') await releaseLedger(ctx, runId, record.depth === 0, record.rootRunId, true, status);
     return;
   }
   if (isAlive(status.runner)) return;
   const runner = status.runner!;
-  const find = () => findRunProcesses({ pgids: [runner.pid], token: record.runToken, exclude: [process.pid] });
+  const find = () => findRunProcesses({ pgids: runnerGroups(runner), token: record.runToken, exclude: [process.pid] });
   const term = await terminateProcesses(find, record.killGraceMs);
   const tail = readTail(paths.runnerLog, 2048);
   const after = await ctx.store.update(runId, (cur) => {

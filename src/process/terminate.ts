@@ -1,4 +1,4 @@
-import { hasEnvEntry, listProcesses, readProcessInfo, type ProcessInfo } from './identity.js';
+import { hasEnvEntry, listProcesses, readProcessInfo, type ProcessIdentity, type ProcessInfo } from './identity.js';
 
 export interface RunProcessQuery {
   /** Process groups the run owns (the runner's pid is its group id). */
@@ -18,6 +18,17 @@ export function findRunProcesses(q: RunProcessQuery): ProcessInfo[] {
   const entry = q.token ? `SUBAGENTS_RUN_TOKEN=${q.token}` : undefined;
   return listProcesses().filter((p) => p.state !== 'Z' && !exclude.has(p.pid)
     && (groups.has(p.pgid) || (entry !== undefined && hasEnvEntry(p.pid, entry))));
+}
+
+/**
+ * The process group of a run's runner (its pid) — but only while that pid is not another process's. Linux never hands
+ * out a pid that is still the id of a live group, so a pid now owned by a different process (other start time) means
+ * the run's group is empty and the group of that id belongs to someone else: signalling it would hit a stranger (F10).
+ * Re-evaluate it on every scan (call it inside the `find` callback): a pid can be recycled at any moment.
+ */
+export function runnerGroups(runner: ProcessIdentity): number[] {
+  const now = readProcessInfo(runner.pid);
+  return now === null || now.startTime === runner.startTime ? [runner.pid] : [];
 }
 
 /** Signals a process only if it is still the one we found (same start time): never a reused pid. */

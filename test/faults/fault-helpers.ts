@@ -1,0 +1,109 @@
+/**
+ * Helpers shared by the fault suite (test/faults/*): process scans by run token, temp-file scans, and reading a
+ * run's files straight from the state home. Everything here observes; nothing changes the product's state.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { FIXTURE_AGENTS } from '../helpers/paths.js';
+
+export const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** The run's launch record, as the runner reads it. */
+export function readRecord(home: string, runId: string): Record<string, any> {
+  return JSON.parse(fs.readFileSync(path.join(home, 'runs', runId, 'run.json'), 'utf8'));
+}
+
+export function readStatusFile(home: string, runId: string): Record<string, any> {
+  return JSON.parse(fs.readFileSync(path.join(home, 'runs', runId, 'status.json'), 'utf8'));
+}
+
+function procState(pid: number): string | null {
+  try {
+    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0]!;
+  } catch {
+    return null;
+  }
+}
+
+/** A pid that exists and is not a zombie. */
+export function pidAlive(pid: number): boolean {
+  const s = procState(pid);
+  return s !== null && s !== 'Z';
+}
+
+/** Live (non-zombie) pids whose environment carries `SUBAGENTS_RUN_TOKEN=<token>`. */
+export function pidsWithToken(token: string): number[] {
+  const entry = `SUBAGENTS_RUN_TOKEN=${token}`;
+  const out: number[] = [];
+  for (const name of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      if (fs.readFileSync(`/proc/${name}/environ`, 'latin1').split('\0').includes(entry) && pidAlive(Number(name))) out.push(Number(name));
+    } catch { /* gone or not ours */ }
+  }
+  return out;
+}
+
+/** Live pids whose command line mentions `needle` (runners carry their run dir on argv). */
+export function pidsWithArg(needle: string): number[] {
+  const out: number[] = [];
+  for (const name of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(name) || Number(name) === process.pid) continue;
+    try {
+      if (fs.readFileSync(`/proc/${name}/cmdline`, 'utf8').includes(needle) && pidAlive(Number(name))) out.push(Number(name));
+    } catch { /* gone */ }
+  }
+  return out;
+}
+
+/** Live members of a process group. */
+export function pidsInGroup(pgid: number): number[] {
+  const out: number[] = [];
+  for (const name of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${name}/stat`, 'utf8');
+      const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      if (Number(f[2]) === pgid && f[0] !== 'Z') out.push(Number(name));
+    } catch { /* gone */ }
+  }
+  return out;
+}
+
+/** Every `.*.tmp` file left anywhere under `dir` (atomic writes leave none behind, even when they fail). */
+export function tempFiles(dir: string): string[] {
+  const out: string[] = [];
+  const walk = (d: string) => {
+    let entries: fs.Dirent[];
+    try { entries = fs.readdirSync(d, { withFileTypes: true }); } catch { return; }
+    for (const e of entries) {
+      const p = path.join(d, e.name);
+      if (e.isDirectory()) walk(p);
+      else if (/^\..*\.tmp$/.test(e.name)) out.push(p);
+    }
+  };
+  walk(dir);
+  return out;
+}
+
+/** Polls `cond` until it holds or `maxMs` passes (a bound on a hang, not a speed grade). */
+export async function until(cond: () => boolean, maxMs = 10_000, everyMs = 50): Promise<boolean> {
+  const end = performance.now() + maxMs;
+  while (performance.now() < end) {
+    if (cond()) return true;
+    await sleep(everyMs);
+  }
+  return cond();
+}
+
+/** Peak resident memory of a process in KiB (VmHWM), or null once it is gone. */
+export function vmKiB(pid: number, field: 'VmRSS' | 'VmHWM'): number | null {
+  try {
+    const m = new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
+    return m ? Number(m[1]) : null;
+  } catch {
+    return null;
+  }
+}
