@@ -187,7 +187,8 @@ function stepText(paths: RunPaths, s: StepStatus, budget: number): TextView {
 
 /** The tree's budget while it lives; once it has ended, the agents that actually started (claims of the rest were returned). */
 function fanoutOf(ctx: ManagerContext, record: RunRecord, status: RunStatus): { used: number; limit: number; remaining: number } {
-  const live = fanoutSnapshot(ctx, record.rootRunId);
+  // A root that has ended answers from its steps even in the moment before its runner returned the tree's claims.
+  const live = isTerminalRun(status.state) && record.depth === 0 ? null : fanoutSnapshot(ctx, record.rootRunId);
   if (live) return live;
   let used = 0;
   for (const s of status.steps) {

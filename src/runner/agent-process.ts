@@ -125,16 +125,18 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
   if (input.signal.aborted) onAbort();
   else input.signal.addEventListener('abort', onAbort, { once: true });
 
+  // Listen for 'close' now: when the pipes are already shut, Node emits it in the same tick as 'exit', before any
+  // continuation of an `await` on 'exit' could attach a listener (which then waited out the whole drain bound).
+  const closed = new Promise((r) => child.once('close', r));
   const exit = await new Promise<{ code: number | null; signal: string | null }>((resolve) => {
     child.once('exit', (code, signal) => resolve({ code, signal }));
   });
   clearTimeout(timer);
   input.signal.removeEventListener('abort', onAbort);
   // A grandchild may hold the pipes open after the agent exits; drain briefly, then stop reading.
-  await Promise.race([
-    new Promise((r) => child.once('close', r)),
-    new Promise((r) => setTimeout(r, 500)),
-  ]);
+  let drainTimer: NodeJS.Timeout | undefined;
+  await Promise.race([closed, new Promise((r) => { drainTimer = setTimeout(r, 500); })]);
+  clearTimeout(drainTimer);
   child.stdout!.destroy();
   child.stderr!.destroy();
   if (stopping) await stopping;

@@ -16,7 +16,7 @@ import {
 } from '../store/run-types.js';
 import type { RunErrorCode } from '../errors.js';
 import { readTail, runAgentProcess } from './agent-process.js';
-import { claimAgentSlot, releaseAgentSlot, setAgentSlotProcess } from './agent-slots.js';
+import { claimAgentSlot, releaseAgentSlot, releaseRunSlotsLocked, setAgentSlotProcess } from './agent-slots.js';
 import { newStepStatus } from './step-status.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -24,6 +24,8 @@ type StopReason = 'CANCELLED' | 'TIMEOUT' | 'PARENT_ENDED';
 
 interface StepOutcome {
   ok: boolean;
+  /** Whether any agent of the step started (a step that never started leaves the run's output as it was). */
+  ran: boolean;
   text: string;
   error: StepError | null;
 }
@@ -84,12 +86,12 @@ class Executor {
           continue;
         }
         const outcome = await this.runStep(i, previous);
+        if (outcome.ran) lastText = outcome.text;
         if (!outcome.ok) {
           failure = outcome.error;
           break;
         }
         previous = outcome.text;
-        lastText = outcome.text;
         i++;
       }
       if (!isTerminalRun(this.status.state)) {
@@ -119,11 +121,13 @@ class Executor {
   private async runStep(i: number, previous: string): Promise<StepOutcome> {
     const spec = this.specs[i]!;
     const st = this.status.steps[i]!;
-    if (spec.kind === 'agent') return this.runAgent(st, spec, substitute(spec.task, previous), this.abort.signal);
-    return this.runGroup(st, spec, previous);
+    // Only a chain step after the first has a previous step; elsewhere `{previous}` is left as the caller wrote it.
+    const prev = this.record.mode === 'chain' && i > 0 ? previous : null;
+    if (spec.kind === 'agent') return this.runAgent(st, spec, substitute(spec.task, prev), this.abort.signal);
+    return this.runGroup(st, spec, prev);
   }
 
-  private async runGroup(st: StepStatus, spec: Extract<StepSpec, { kind: 'group' }>, previous: string): Promise<StepOutcome> {
+  private async runGroup(st: StepStatus, spec: Extract<StepSpec, { kind: 'group' }>, previous: string | null): Promise<StepOutcome> {
     const members = st.members!;
     st.state = 'running';
     st.startedAt = new Date().toISOString();
@@ -151,25 +155,36 @@ class Executor {
     for (const m of members) if (m.state === 'pending') m.state = 'skipped';
     const failed = members.filter((m) => m.state === 'failed');
     const allDone = members.every((m) => m.state === 'completed');
-    st.state = allDone ? 'completed' : this.stopReason === 'CANCELLED' ? 'cancelled' : 'failed';
+    // A member that failed makes the group failed; a group stopped from outside (cancel, run timeout, parent
+    // ended) with no failed member is cancelled, like a single step stopped the same way.
+    st.state = allDone ? 'completed' : failed.length > 0 || !this.stopReason ? 'failed' : 'cancelled';
     st.endedAt = new Date().toISOString();
     st.outputBytes = members.reduce((n, m) => n + m.outputBytes, 0);
     const text = spec.members.map((m, j) => `### ${m.agent.name} #${j}\n\n${outcomes[j]?.text ?? ''}`.trimEnd()).join('\n\n');
     writeFileAtomic(this.paths.output(st.key), text, { durable: false });
+    let error: StepError | null = null;
     if (!allDone) {
-      st.error = failed[0]?.error ?? { code: this.stopReason ?? 'STEP_FAILED', message: `parallel step ${st.index} did not complete` };
+      const stopCode = this.stopReason ?? 'CANCELLED';
+      // The first failed member (index order) names the code: a member over its time limit makes the group TIMEOUT.
+      error = failed.length > 0
+        ? { code: failed[0]!.error?.code === 'TIMEOUT' ? 'TIMEOUT' : 'STEP_FAILED', message: `step ${st.index} (parallel): ${failed.length} of ${members.length} members failed; first: ${failed[0]!.error?.message ?? 'unknown'}` }
+        : { code: stopCode, message: `step ${st.index} (parallel) was stopped before all its members completed` };
+      st.error = error;
     }
     await this.write();
-    return { ok: allDone, text, error: allDone ? null : { code: 'STEP_FAILED', message: `step ${st.index} (parallel): ${failed.length} of ${members.length} members failed` } };
+    const ran = members.some((m) => m.startedAt !== null);
+    return { ok: allDone, ran, text, error };
   }
 
   private async runAgent(st: StepStatus, spec: AgentTaskSpec, task: string, signal: AbortSignal): Promise<StepOutcome> {
     const slotKey = `${this.runId}:${st.key}`;
-    const got = await claimAgentSlot(this.layout, slotKey, this.me, this.record.maxAgents, signal);
-    if (!got) {
+    const got = await claimAgentSlot(this.layout, slotKey, this.me, this.record.maxAgents, signal, this.record.rootRunId);
+    if (!got || signal.aborted) {
+      // Stopped (cancel, timeout, failFast) before its agent was spawned: it never started, its fan-out claim is returned.
+      if (got) await releaseAgentSlot(this.layout, slotKey).catch(() => {});
       st.state = 'skipped';
       await this.write();
-      return { ok: false, text: '', error: { code: this.stopReason ?? 'CANCELLED', message: `step ${st.key} did not start` } };
+      return { ok: false, ran: false, text: '', error: { code: this.stopReason ?? 'CANCELLED', message: `step ${st.key} did not start` } };
     }
     st.state = 'running';
     st.startedAt = new Date().toISOString();
@@ -241,7 +256,7 @@ class Executor {
     await this.write();
     this.store.event(this.runId, { type: 'step-ended', step: st.key, state: st.state, exitCode: st.exitCode, signal: st.signal });
     const text = readOutputText(this.paths.output(st.key), this.record.maxOutputBytes);
-    return { ok, text, error: st.error };
+    return { ok, ran: true, text, error: st.error };
   }
 
   /** A fresh secret for the running step; only its hash is stored, and it is deleted when the step ends. */
@@ -330,9 +345,8 @@ class Executor {
       for (const m of st.members ?? []) if (!isTerminalStep(m.state)) m.state = m.state === 'running' ? 'cancelled' : 'skipped';
       if (!isTerminalStep(st.state)) st.state = st.state === 'running' ? 'cancelled' : 'skipped';
     }
-    const output = this.record.mode === 'chain' ? lastText
-      : this.record.mode === 'parallel' ? readOutputText(this.paths.output('0'), this.record.maxOutputBytes) : lastText;
-    writeFileAtomic(this.paths.runOutput, output, { durable: false });
+    // The last step that ran: for a parallel run its one group, all members joined.
+    writeFileAtomic(this.paths.runOutput, lastText, { durable: false });
     this.status = this.store.updateLocked(this.runId, () => ({ ...this.status, state, error, endedAt: now }), { durable: true });
   }
 
@@ -352,6 +366,7 @@ class Executor {
       else if (st.startedAt === null) unstarted++;
     }
     await withLedger(this.layout, (l) => {
+      releaseRunSlotsLocked(l, this.runId); // slots a nested launch reserved and no agent took
       const tree = l.trees[this.record.rootRunId];
       if (tree && unstarted > 0) tree.used = Math.max(0, tree.used - unstarted);
       if (this.record.depth === 0) {
@@ -363,7 +378,8 @@ class Executor {
   }
 }
 
-function substitute(task: string, previous: string): string {
+function substitute(task: string, previous: string | null): string {
+  if (previous === null) return task;
   // One pass: text coming from the previous step is never scanned for `{previous}` again.
   return task.split('{previous}').join(previous);
 }
