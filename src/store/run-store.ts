@@ -37,7 +37,12 @@ export class RunStore {
   }
 
   readStatus(runId: string): RunStatus | null {
-    return readJsonFile<RunStatus>(this.paths(runId).status, `status.json of ${runId}`);
+    const s = readJsonFile<RunStatus>(this.paths(runId).status, `status.json of ${runId}`);
+    // Parsing is not enough: a file that is JSON but not a status (null, [], a stranger's object) is damage too.
+    if (s !== null && !looksLikeStatus(s)) {
+      throw new SubagentError('STATE_CORRUPT', `status.json of ${runId} parses but is not a run status (no state or steps); the file is damaged. Other runs are unaffected; inspect or remove it.`);
+    }
+    return s;
   }
 
   /** Runs `fn` holding the run's lock: every status write and every append decision happen under it. */
@@ -129,4 +134,12 @@ export class RunStore {
       appendEvent(this.paths(runId).events, event);
     } catch { /* the event log is best effort; status is the record */ }
   }
+}
+
+const RUN_STATES = new Set(['starting', 'running', 'completed', 'failed', 'cancelled']);
+
+function looksLikeStatus(v: unknown): v is RunStatus {
+  if (typeof v !== 'object' || v === null || Array.isArray(v)) return false;
+  const s = v as Partial<RunStatus>;
+  return typeof s.state === 'string' && RUN_STATES.has(s.state) && Array.isArray(s.steps) && Array.isArray(s.survivors ?? []);
 }
