@@ -12,25 +12,51 @@ import { summarize, type RunSummary } from './status-view.js';
 /**
  * The sessions this session sees: itself and, transitively, every session it adopted and their recorded ancestors.
  * Computed from the registry on each call (cached briefly), so runs those sessions start later are seen too.
+ * The server keeps its own record in memory and writes it back if the file is deleted or damaged while it runs.
  */
 export class SessionView {
   private cache: { at: number; set: Set<string> } | null = null;
+  private own: SessionRecord;
   readonly registry: SessionRegistry;
   constructor(private readonly home: string, readonly sessionId: string, private readonly runsDir: string) {
     this.registry = new SessionRegistry(home);
+    this.own = { v: 1, sessionId, startedAt: new Date().toISOString(), client: null, ancestors: [] };
   }
 
   register(client: SessionRecord['client']): void {
     const existing = this.registry.read(this.sessionId);
-    this.registry.write({
-      v: 1, sessionId: this.sessionId, startedAt: existing?.startedAt ?? new Date().toISOString(),
-      client: client ?? existing?.client ?? null, ancestors: existing?.ancestors ?? [],
-    });
+    const ancestors = new Set([...this.own.ancestors, ...(existing?.ancestors ?? this.registry.ancestorsOf(this.sessionId, this.runsDir))]);
+    this.own = {
+      v: 1, sessionId: this.sessionId, startedAt: existing?.startedAt ?? this.own.startedAt,
+      client: client ?? existing?.client ?? this.own.client, ancestors: [...ancestors],
+    };
+    this.registry.write(this.own);
+  }
+
+  /** The recorded direct ancestors of this session (memory, file and rebuilt markers together). */
+  ownAncestors(): string[] {
+    const onDisk = this.registry.read(this.sessionId)?.ancestors ?? [];
+    return [...new Set([...this.own.ancestors, ...onDisk])];
+  }
+
+  /** Records `ids` as direct ancestors of this session, durably. */
+  addAncestors(ids: string[]): void {
+    this.own = { ...this.own, ancestors: [...new Set([...this.ownAncestors(), ...ids])] };
+    this.registry.write(this.own);
+    this.invalidate();
+  }
+
+  /** Writes this session's record back if it was deleted or damaged behind our back. */
+  heal(): void {
+    try {
+      if (this.registry.read(this.sessionId) === null) this.registry.write(this.own);
+    } catch { /* best effort: the next call tries again */ }
   }
 
   visible(): ReadonlySet<string> {
     const now = performance.now();
     if (this.cache && now - this.cache.at < 500) return this.cache.set;
+    this.heal();
     const set = this.closure([this.sessionId]);
     this.cache = { at: now, set };
     return set;
@@ -44,7 +70,8 @@ export class SessionView {
       const id = queue.shift()!;
       if (seen.has(id)) continue;
       seen.add(id);
-      for (const a of this.registry.ancestorsOf(id, this.runsDir)) if (!seen.has(a)) queue.push(a);
+      const parents = id === this.sessionId ? this.ownAncestors() : this.registry.ancestorsOf(id, this.runsDir);
+      for (const a of parents) if (!seen.has(a)) queue.push(a);
     }
     return seen;
   }
@@ -60,49 +87,61 @@ export interface RestoreResult {
   runs: RunSummary[];
 }
 
+/** The refusal of `restore` in a server started by an agent (SPEC §4.4: nested servers refuse it). */
+export function nestedRestoreRefusal(): SubagentError {
+  return new SubagentError('INVALID_INPUT', 'restore is not available to a nested server (one started by an agent of a run): it sees only the runs of its own run tree. Use status {} to list them; restore belongs to the top-level conversation\'s server.');
+}
+
 /** SPEC §4.4: adopt every non-dismissed run of the named sessions and their ancestors, and record the relation. */
 export async function restore(ctx: ManagerContext, view: SessionView, lineage: string[]): Promise<RestoreResult> {
-  if (ctx.nesting) throw new SubagentError('INVALID_INPUT', 'restore is not available to a nested server: an agent sees the runs of its own tree only.');
+  if (ctx.nesting) throw nestedRestoreRefusal();
   const all = listAll(ctx);
   const ownersWithRuns = new Set(all.map((m) => m.sessionId));
   const known: string[] = [];
   const unknown: string[] = [];
-  for (const id of lineage) {
+  for (const id of new Set(lineage)) {
     if (id === ctx.sessionId) continue;
-    if (isSessionIdShape(id) && (view.registry.exists(id) || ownersWithRuns.has(id))) known.push(id);
+    if (isSessionIdShape(id) && (ownersWithRuns.has(id) || view.registry.knows(id, ctx.layout.runsDir))) known.push(id);
     else unknown.push(id);
   }
-  const before = view.visible();
-  const rec = view.registry.read(ctx.sessionId) ?? { v: 1 as const, sessionId: ctx.sessionId, startedAt: new Date().toISOString(), client: null, ancestors: [] };
-  const ancestors = new Set(rec.ancestors);
-  for (const id of known) ancestors.add(id);
-  rec.ancestors = [...ancestors];
-  view.registry.write(rec);
   view.invalidate();
+  const before = view.visible();
+  view.addAncestors(known);
   const after = view.visible();
   const newlyVisible = new Set([...after].filter((s) => !before.has(s)));
-  // Markers let the registry be rebuilt from the run directories if a session file is lost.
-  const adoptedRuns: RunMeta[] = [];
+  let adopted = 0;
   for (const m of all) {
     if (!newlyVisible.has(m.sessionId) || m.depth !== 0) continue;
-    markAdopted(ctx, m.runId, m.sessionId);
-    if (!ctx.store.isDismissed(m.runId)) adoptedRuns.push(m);
+    if (!ctx.store.isDismissed(m.runId)) adopted++;
   }
   const visibleRuns = all.filter((m) => after.has(m.sessionId) && m.sessionId !== ctx.sessionId && m.depth === 0 && !ctx.store.isDismissed(m.runId));
+  // Markers let the registry be rebuilt from the run directories if session files are lost.
+  markAdoptedRuns(ctx, visibleRuns);
   const runs: RunSummary[] = [];
   for (const m of visibleRuns) {
     const s = await freshStatus(ctx, m.runId).catch(() => null);
     runs.push(summarize(ctx, m.runId, s));
   }
   const chain = [...view.closure([ctx.sessionId])];
-  return { sessionId: ctx.sessionId, lineage: chain, adopted: adoptedRuns.length, unknown, runs };
+  return { sessionId: ctx.sessionId, lineage: chain, adopted, unknown, runs };
 }
 
-function markAdopted(ctx: ManagerContext, runId: string, owner: string): void {
-  try {
-    const dir = path.join(ctx.store.paths(runId).dir, 'adopted-by');
-    ensurePrivateDir(dir);
-    const f = path.join(dir, `${encodeURIComponent(ctx.sessionId)}.json`);
-    if (!fs.existsSync(f)) writeFileAtomic(f, JSON.stringify({ owner, at: new Date().toISOString() }), { durable: false });
-  } catch { /* the session file is the primary record */ }
+const marked = new Set<string>();
+
+/**
+ * Leaves `runs/<run>/adopted-by/<session>.json` (owner inside) in each adopted top-level run, once per process: if the
+ * session files are lost, a session's ancestors are rebuilt from these. Called by restore and for runs the adopted
+ * sessions start later.
+ */
+export function markAdoptedRuns(ctx: ManagerContext, metas: RunMeta[]): void {
+  for (const m of metas) {
+    if (m.depth !== 0 || m.sessionId === ctx.sessionId || marked.has(m.runId)) continue;
+    try {
+      const dir = path.join(ctx.store.paths(m.runId).dir, 'adopted-by');
+      ensurePrivateDir(dir);
+      const f = path.join(dir, `${encodeURIComponent(ctx.sessionId)}.json`);
+      if (!fs.existsSync(f)) writeFileAtomic(f, JSON.stringify({ owner: m.sessionId, at: new Date().toISOString() }), { durable: false });
+      marked.add(m.runId);
+    } catch { /* the session file is the primary record */ }
+  }
 }

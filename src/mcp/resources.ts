@@ -26,66 +26,174 @@ function notFound(uri: string): McpError {
   return new McpError(ErrorCode.InvalidParams, `Resource not found: ${uri.slice(0, 200)}`);
 }
 
-export function listResources(ctx: ManagerContext, cursor?: string): { resources: Resource[]; nextCursor?: string } {
-  const runs = listVisible(ctx).filter((m) => !ctx.store.isDismissed(m.runId));
-  const start = cursor && /^\d+$/.test(cursor) ? Number(cursor) : 0;
-  const page = runs.slice(start, start + PAGE_SIZE);
+interface Cursor { createdAt: string; runId: string }
+
+function encodeCursor(c: Cursor): string { return Buffer.from(JSON.stringify([c.createdAt, c.runId])).toString('base64url'); }
+function decodeCursor(text: string): Cursor {
+  try {
+    const v = JSON.parse(Buffer.from(text, 'base64url').toString('utf8')) as unknown;
+    if (Array.isArray(v) && typeof v[0] === 'string' && typeof v[1] === 'string') return { createdAt: v[0], runId: v[1] };
+  } catch { /* fall through */ }
+  throw new McpError(ErrorCode.InvalidParams, 'Invalid cursor: pass the nextCursor of the previous resources/list page, or none for the first page.');
+}
+
+/** Newest first; the run id breaks ties so that the order is total and a cursor is a position in it. */
+function newerFirst(a: Cursor, b: Cursor): number {
+  if (a.createdAt !== b.createdAt) return a.createdAt < b.createdAt ? 1 : -1;
+  return a.runId < b.runId ? 1 : a.runId > b.runId ? -1 : 0;
+}
+
+/**
+ * The session's non-dismissed runs, newest first, `pageSize` at a time. The cursor names the last run of the previous
+ * page (not an offset), so runs launched between two pages neither repeat nor push others out.
+ */
+export function listResources(ctx: ManagerContext, cursor?: string, pageSize = PAGE_SIZE): { resources: Resource[]; nextCursor?: string } {
+  const after = cursor ? decodeCursor(cursor) : null;
+  const runs = listVisible(ctx).filter((m) => !ctx.store.isDismissed(m.runId)).sort(newerFirst)
+    .filter((m) => after === null || newerFirst(m, after) > 0);
+  const page = runs.slice(0, pageSize);
+  const last = page.at(-1);
   return {
     resources: page.map((m) => ({
       uri: runUri(m.runId), name: m.runId, title: `${m.mode} run of ${m.agents.join(', ')}${m.label ? ` — ${m.label}` : ''}`.slice(0, 200),
       mimeType: 'application/json',
     })),
-    ...(start + PAGE_SIZE < runs.length ? { nextCursor: String(start + PAGE_SIZE) } : {}),
+    ...(runs.length > pageSize && last ? { nextCursor: encodeCursor(last) } : {}),
   };
 }
 
-function readSlice(file: string, offset: number, length: number): { text: string; size: number } {
+/** Bytes [offset, offset+length) of a file, never through a symlink; empty when the file does not exist (yet). */
+function readBytes(file: string, offset: number, length: number): { buf: Buffer; size: number } {
   let fd: number;
-  try { fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW); } catch { return { text: '', size: 0 }; }
+  try { fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW); } catch { return { buf: Buffer.alloc(0), size: 0 }; }
   try {
     const size = fs.fstatSync(fd).size;
     const len = Math.max(0, Math.min(length, size - offset));
     const buf = Buffer.alloc(len);
-    if (len > 0) fs.readSync(fd, buf, 0, len, offset);
-    return { text: buf.toString('utf8'), size };
+    let got = 0;
+    while (got < len) {
+      const n = fs.readSync(fd, buf, got, len - got, offset + got);
+      if (n === 0) break;
+      got += n;
+    }
+    return { buf: buf.subarray(0, got), size };
   } finally {
     fs.closeSync(fd);
   }
 }
 
-export async function readResource(ctx: ManagerContext, uri: string): Promise<ReadResourceResult> {
+const isContinuation = (b: number): boolean => (b & 0xc0) === 0x80;
+
+/** How many bytes at the end of `buf` start a UTF-8 character that continues past it (0 when it ends whole). */
+function incompleteTail(buf: Buffer): number {
+  for (let back = 1; back <= Math.min(3, buf.length); back++) {
+    const b = buf[buf.length - back]!;
+    if (isContinuation(b)) continue;
+    const need = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1;
+    return need > back ? back : 0;
+  }
+  return 0;
+}
+
+/**
+ * A page of a text file that starts and ends on character boundaries (JSON-lines files: on line boundaries), so
+ * pages never carry a broken character and their concatenation is the file. `next` is the offset to continue at.
+ */
+function readPage(file: string, offset: number, length: number, lines: boolean): { text: string; start: number; next: number; size: number } {
+  let { buf, size } = readBytes(file, offset, length + 3);
+  let start = offset;
+  // A caller-chosen offset inside a character moves to the next character.
+  while (start > 0 && start < size && buf.length > 0 && isContinuation(buf[0]!) && start - offset < 3) { buf = buf.subarray(1); start++; }
+  buf = buf.subarray(0, length);
+  if (start + buf.length < size) {
+    let cut = buf.length;
+    if (lines) {
+      const nl = buf.lastIndexOf(0x0a);
+      if (nl >= 0) cut = nl + 1;
+    }
+    if (cut === buf.length) cut -= incompleteTail(buf);
+    if (cut > 0) buf = buf.subarray(0, cut); // a page always advances, even if a single character is wider than it
+  }
+  return { text: buf.toString('utf8'), start, next: start + buf.length, size };
+}
+
+function pagedContent(uri: string, mimeType: string, page: { text: string; start: number; next: number; size: number }, length: number): ReadResourceResult['contents'][number] {
+  const base = uri.split('?')[0]!;
+  return {
+    uri, mimeType, text: page.text,
+    _meta: { offset: page.start, bytes: page.size, ...(page.next < page.size ? { next: `${base}?offset=${page.next}&length=${length}` } : {}) },
+  };
+}
+
+interface ParsedUri { runId: string; part: 'status' | 'output' | 'events' | 'step'; stepKey?: string; query: URLSearchParams }
+
+function parseUri(uri: string): ParsedUri | null {
   const m = URI.exec(uri);
-  if (!m) throw notFound(uri);
-  const runId = decodeURIComponent(m[1]!);
-  try { requireVisible(ctx, runId); } catch { throw notFound(uri); }
-  const query = new URLSearchParams(m[4] ?? '');
-  const offset = Math.max(0, Number(query.get('offset') ?? 0) || 0);
-  const length = Math.min(MAX_READ_BYTES, Math.max(0, Number(query.get('length') ?? MAX_READ_BYTES) || MAX_READ_BYTES));
+  if (!m) return null;
+  let runId: string;
+  try { runId = decodeURIComponent(m[1]!); } catch { return null; }
+  const part = !m[2] ? 'status' : m[2] === '/output' ? 'output' : m[2] === '/events' ? 'events' : 'step';
+  return { runId, part, ...(m[3] !== undefined ? { stepKey: m[3] } : {}), query: new URLSearchParams(m[4] ?? '') };
+}
+
+/** The run a resource URI names, if this session may see it; the not-found error otherwise (subscribe checks this too). */
+export function requireResource(ctx: ManagerContext, uri: string): ParsedUri {
+  const p = parseUri(uri);
+  if (!p) throw notFound(uri);
+  try { requireVisible(ctx, p.runId); } catch { throw notFound(uri); }
+  return p;
+}
+
+function intParam(q: URLSearchParams, name: string, def: number): number {
+  const raw = q.get(name);
+  if (raw === null || raw === '') return def;
+  const n = Number(raw);
+  return Number.isFinite(n) && n >= 0 ? Math.floor(n) : def;
+}
+
+export async function readResource(ctx: ManagerContext, uri: string): Promise<ReadResourceResult> {
+  const p = requireResource(ctx, uri);
+  const { runId } = p;
+  const offset = intParam(p.query, 'offset', 0);
+  const length = Math.max(1, Math.min(MAX_READ_BYTES, intParam(p.query, 'length', MAX_READ_BYTES)));
   const paths = ctx.store.paths(runId);
-  if (!m[2]) {
+  if (p.part === 'status') {
     const record = ctx.store.readRecord(runId)!;
     const status = await freshStatus(ctx, runId);
     return { contents: [{ uri, mimeType: 'application/json', text: JSON.stringify(renderRun(ctx, record, status, MAX_OUTPUT_BYTES)) }] };
   }
-  if (m[2] === '/events') {
-    const { events } = readEvents(paths.events);
-    return { contents: [{ uri, mimeType: 'application/x-ndjson', text: events.map((e) => JSON.stringify(e)).join('\n') }] };
+  if (p.part === 'events') {
+    const page = readPage(paths.events, offset, length, true);
+    // Readers skip torn or garbled lines (SPEC §8.6).
+    const text = page.text.split('\n').filter((line) => {
+      if (line.trim() === '') return false;
+      try { const v = JSON.parse(line) as unknown; return typeof v === 'object' && v !== null && !Array.isArray(v); } catch { return false; }
+    }).join('\n');
+    return { contents: [pagedContent(uri, 'application/x-ndjson', { ...page, text }, length)] };
   }
-  const key = m[3];
-  if (key !== undefined) {
+  if (p.part === 'step') {
     const status = await freshStatus(ctx, runId);
+    const key = p.stepKey!;
     const exists = status.steps.some((s) => s.key === key || s.members?.some((x) => x.key === key));
     if (!exists) throw notFound(uri);
   }
-  const file = key !== undefined ? paths.output(key) : paths.runOutput;
-  const { text, size } = readSlice(file, offset, length);
-  const end = offset + Buffer.byteLength(text);
-  return {
-    contents: [{ uri, mimeType: 'text/plain', text, _meta: { offset, bytes: size, ...(end < size ? { next: `${uri.split('?')[0]}?offset=${end}&length=${length}` } : {}) } }],
-  };
+  const file = p.part === 'step' ? paths.output(p.stepKey!) : paths.runOutput;
+  return { contents: [pagedContent(uri, 'text/plain', readPage(file, offset, length, false), length)] };
 }
 
-/** Run ids of this session starting with `prefix` (template completion). */
+/** Template completion: run ids of this session for `runId`, step keys of that run for `index`. */
+export function completeArgument(ctx: ManagerContext, name: string, value: string, context: Record<string, string> = {}): string[] {
+  if (name === 'runId') return completeRunIds(ctx, value);
+  if (name === 'index' && context.runId) {
+    try { requireVisible(ctx, context.runId); } catch { return []; }
+    const s = ctx.store.readStatus(context.runId);
+    const keys = (s?.steps ?? []).flatMap((st) => [st.key, ...(st.members ?? []).map((m) => m.key)]);
+    return keys.filter((k) => k.startsWith(value)).slice(0, 100);
+  }
+  return [];
+}
+
+/** Run ids of this session starting with `prefix` (template completion), newest first. */
 export function completeRunIds(ctx: ManagerContext, prefix: string): string[] {
   return listVisible(ctx).map((m) => m.runId).filter((id) => id.startsWith(prefix)).slice(0, 100);
 }

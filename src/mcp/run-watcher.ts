@@ -1,26 +1,36 @@
 import fs from 'node:fs';
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import type { ManagerContext } from '../manager/context.js';
-import { listVisible } from '../manager/listing.js';
+import { listVisible, type RunMeta } from '../manager/listing.js';
 import { reconcileRun } from '../manager/reconcile.js';
-import { isTerminalRun } from '../store/run-types.js';
+import { markAdoptedRuns } from '../manager/sessions.js';
+import { isTerminalRun, type RunState } from '../store/run-types.js';
 import { runUri } from './resources.js';
 
-const POLL_MS = 500;
+/** The backing poll: with the 500 ms period a state change is notified within 1 s even when no file event arrives. */
+export const POLL_MS = 500;
+
+interface Seen { fp: string; state: RunState }
 
 /**
  * Follows the session's runs for notifications: `resources/updated` for subscribed runs on each state change,
- * `notifications/message` when a run ends, `list_changed` on new runs. Changes may come from runners and other
- * servers, so it watches the files (fast path) and polls every 500 ms (the guarantee: within 1 s).
+ * `notifications/message` when a top-level run ends, `list_changed` when the listed runs change (launch, restore, dismiss, from any process). Changes come from runners and
+ * other servers too, so it watches the files (fast path) and polls every 500 ms (the guarantee: within 1 s).
  */
 export class RunWatcher {
+  /** Subscribed URIs without their query, e.g. `subagents://runs/r-…/output`. */
   private readonly subscribed = new Set<string>();
-  private readonly lastState = new Map<string, string>();
+  private readonly seen = new Map<string, Seen>();
   private readonly watchers = new Map<string, fs.FSWatcher>();
   private timer: NodeJS.Timeout | null = null;
   private pending = false;
+  private scanning = false;
+  private again = false;
   private primed = false;
-  private knownRuns = new Set<string>();
+  private readonly startedAt = new Date().toISOString();
+  private knownSessions = new Set<string>();
+  /** The runs resources/list shows (visible, not dismissed), to announce list changes from any source. */
+  private listed = '';
 
   constructor(private readonly ctx: ManagerContext, private readonly server: Server) {}
 
@@ -44,62 +54,96 @@ export class RunWatcher {
   subscribe(uri: string): void { this.subscribed.add(uri.split('?')[0]!); this.poke(); }
   unsubscribe(uri: string): void { this.subscribed.delete(uri.split('?')[0]!); }
 
-  listChanged(): void {
-    if (this.server.transport) void this.server.sendResourceListChanged().catch(() => {});
-    this.poke();
-  }
+  /** A launch or restore changed the list: the next scan announces the new runs (once, deduplicated). */
+  listChanged(): void { this.poke(); }
 
-  /** Coalesces bursts of events into one scan. */
+  /** Coalesces bursts of events into one scan; a poke during a scan runs one more scan after it. */
   poke(): void {
+    if (this.scanning) { this.again = true; return; }
     if (this.pending) return;
     this.pending = true;
-    setImmediate(() => { this.pending = false; void this.scan().catch(() => {}); });
+    setImmediate(() => {
+      this.pending = false;
+      this.scanning = true;
+      void this.scan().catch(() => {}).finally(() => {
+        this.scanning = false;
+        if (this.again) { this.again = false; this.poke(); }
+      });
+    });
+  }
+
+  private send(fn: () => Promise<void>): void {
+    if (!this.server.transport) return; // not connected (yet, or any more)
+    try { void fn().catch(() => {}); } catch { /* closed meanwhile */ }
   }
 
   private async scan(): Promise<void> {
     const metas = listVisible(this.ctx);
+    const sessions = this.ctx.visibleSessions();
+    markAdoptedRuns(this.ctx, metas);
     for (const m of metas) {
-      let state: string;
-      let fp: string;
-      try {
-        const s = this.ctx.store.readStatus(m.runId);
-        if (!s) continue;
-        if (!isTerminalRun(s.state) && (this.lastState.get(m.runId)?.startsWith('running') || s.state === 'running')) {
-          // A dead runner writes nothing: reconciliation is what turns silence into a state change.
-          void reconcileRun(this.ctx, m.runId).catch(() => {});
-        }
-        state = s.state;
-        fp = `${s.state}|${s.steps.map((x) => `${x.state}${x.members ? x.members.map((y) => y.state).join(',') : ''}`).join('/')}|${s.appendsTaken}`;
-      } catch {
-        continue;
+      const prev = this.seen.get(m.runId);
+      if (prev && isTerminalRun(prev.state)) continue; // terminal is final: nothing more to notify
+      const cur = this.read(m, prev);
+      if (!cur) continue;
+      this.seen.set(m.runId, cur);
+      this.follow(m.runId, cur.state);
+      if (!this.primed || prev?.fp === cur.fp) continue;
+      const base = runUri(m.runId);
+      for (const uri of this.subscribed) {
+        if (uri === base || uri.startsWith(`${base}/`)) this.send(() => this.server.sendResourceUpdated({ uri }));
       }
-      const prev = this.lastState.get(m.runId);
-      this.lastState.set(m.runId, fp);
-      if (!isTerminalRun(state as never) && !this.watchers.has(m.runId)) {
-        try {
-          const w = fs.watch(this.ctx.store.paths(m.runId).dir, () => this.poke());
-          w.on('error', () => {});
-          this.watchers.set(m.runId, w);
-        } catch { /* poll */ }
-      }
-      if (isTerminalRun(state as never) && this.watchers.has(m.runId)) {
-        this.watchers.get(m.runId)!.close();
-        this.watchers.delete(m.runId);
-      }
-      if (!this.primed || prev === fp) continue;
-      if (!this.server.transport) continue;
-      const uri = runUri(m.runId);
-      if (this.subscribed.has(uri) || this.subscribed.has(`${uri}/output`)) {
-        void this.server.sendResourceUpdated({ uri }).catch(() => {});
-      }
-      if ((prev === undefined || !isTerminalRun(prev.split('|')[0] as never)) && isTerminalRun(state as never)) {
-        void this.server.sendLoggingMessage({ level: 'info', logger: 'subagents', data: `run ${m.runId} ${state}` }).catch(() => {});
-      }
-      if (prev === undefined && !this.knownRuns.has(m.runId)) {
-        void this.server.sendResourceListChanged().catch(() => {});
+      if (isTerminalRun(cur.state) && m.depth === 0 && this.endedWhileWatched(m, prev)) {
+        this.send(() => this.server.sendLoggingMessage({ level: 'info', logger: 'subagents', data: `run ${m.runId} ${cur.state}` }));
       }
     }
-    this.knownRuns = new Set(metas.map((m) => m.runId));
+    const listed = metas.filter((m) => !this.ctx.store.isDismissed(m.runId)).map((m) => m.runId).sort().join(',');
+    if (this.primed && listed !== this.listed) this.send(() => this.server.sendResourceListChanged());
+    this.listed = listed;
+    this.knownSessions = new Set(sessions);
     this.primed = true;
+  }
+
+  /**
+   * A run first seen already terminal ended while this session watched only if it is new (created since this server
+   * started) and its session was already visible; a run that merely became visible through restore ended earlier and
+   * is not announced again.
+   */
+  private endedWhileWatched(m: RunMeta, prev: Seen | undefined): boolean {
+    if (prev) return true;
+    if (m.createdAt < this.startedAt) return false;
+    return m.sessionId === this.ctx.sessionId || this.knownSessions.has(m.sessionId) || m.depth > 0;
+  }
+
+  private read(m: RunMeta, prev: Seen | undefined): Seen | null {
+    try {
+      const s = this.ctx.store.readStatus(m.runId);
+      if (!s) return null;
+      if (!isTerminalRun(s.state) && (prev?.state === 'running' || s.state === 'running')) {
+        // A dead runner writes nothing: reconciliation is what turns silence into a state change.
+        void reconcileRun(this.ctx, m.runId).catch(() => {});
+      }
+      let appends = 0;
+      try { appends = fs.readdirSync(this.ctx.store.paths(m.runId).appendsDir).length; } catch { /* none */ }
+      const steps = s.steps.map((x) => `${x.state}${x.members ? `[${x.members.map((y) => y.state).join(',')}]` : ''}`).join('/');
+      return { state: s.state, fp: `${s.state}|${steps}|${s.appendsTaken}|${appends}` };
+    } catch {
+      return null;
+    }
+  }
+
+  /** Watches an active run's directory (fast path); stops when it ends. */
+  private follow(runId: string, state: RunState): void {
+    const w = this.watchers.get(runId);
+    if (!isTerminalRun(state) && !w) {
+      try {
+        const nw = fs.watch(this.ctx.store.paths(runId).dir, () => this.poke());
+        nw.on('error', () => {});
+        this.watchers.set(runId, nw);
+      } catch { /* poll */ }
+    } else if (isTerminalRun(state) && w) {
+      w.close();
+      this.watchers.delete(runId);
+    }
   }
 }

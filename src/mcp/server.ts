@@ -7,7 +7,7 @@ import {
 import type { ManagerContext } from '../manager/context.js';
 import type { SessionView } from '../manager/sessions.js';
 import { refusal } from './results.js';
-import { completeRunIds, listResources, readResource, RESOURCE_TEMPLATES } from './resources.js';
+import { completeArgument, listResources, readResource, requireResource, RESOURCE_TEMPLATES } from './resources.js';
 import { toJsonSchema } from './schemas.js';
 import { RunWatcher } from './run-watcher.js';
 import type { ToolDefinition, ToolEnv } from './tool.js';
@@ -22,12 +22,15 @@ import { statusTool } from './tools/status.js';
 export const TOOLS: ToolDefinition[] = [launchTool, statusTool, appendTool, restoreTool, dismissTool, cancelTool, agentsTool];
 
 export const INSTRUCTIONS = [
-  'subagents: delegate work to other agents as background runs that outlive this conversation turn.',
+  'subagents: delegate work to other agents as background runs that outlive this conversation turn and this server.',
   '1. agents lists what can be launched. 2. launch returns a runId at once. 3. status { runId, waitMs: 30000 } blocks until the run changes',
-  '(repeat until it is completed, failed or cancelled) — use it instead of sleeping between polls. 4. Read the output in that status (or the output resource).',
+  '(repeat until it is completed, failed or cancelled) — use it instead of sleeping between polls. 4. Read the output in that status;',
+  'long output is cut to head and tail there, the whole of it is the resource named by output.uri (subagents://runs/{runId}/output, paged with ?offset=&length=).',
   'Parallel work: launch { tasks: [...] }; pipelines: launch { chain: [...] } with "{previous}", and append to add steps to a running chain.',
+  'dismiss hides a finished run from status listings; cancel stops one.',
   'Every result carries this session\'s sessionId. When you summarise or compact the conversation, carry the newest sessionId along:',
-  'after a client restart, call restore { lineage: [that sessionId] } to see those runs again.',
+  'after a client restart or in a resumed conversation, call restore { lineage: [that sessionId] } to see those runs again',
+  '(its earlier sessions come along; run ids alone do not grant access to another session\'s runs).',
 ].join(' ');
 
 export interface ServerHandle {
@@ -71,12 +74,13 @@ export function createServer(ctx: ManagerContext, o: { version: string; shutdown
   server.setRequestHandler(ListResourcesRequestSchema, async (req) => listResources(ctx, req.params?.cursor));
   server.setRequestHandler(ListResourceTemplatesRequestSchema, async () => ({ resourceTemplates: RESOURCE_TEMPLATES }));
   server.setRequestHandler(ReadResourceRequestSchema, async (req) => readResource(ctx, req.params.uri));
-  server.setRequestHandler(SubscribeRequestSchema, async (req) => { watcher.subscribe(req.params.uri); return {}; });
+  // Subscribing to a run this session cannot see answers the same not-found error as reading it.
+  server.setRequestHandler(SubscribeRequestSchema, async (req) => { requireResource(ctx, req.params.uri); watcher.subscribe(req.params.uri); return {}; });
   server.setRequestHandler(UnsubscribeRequestSchema, async (req) => { watcher.unsubscribe(req.params.uri); return {}; });
   server.setRequestHandler(CompleteRequestSchema, async (req) => {
     const arg = req.params.argument;
-    const values = req.params.ref.type === 'ref/resource' && arg.name === 'runId' ? completeRunIds(ctx, arg.value) : [];
-    return { completion: { values, total: values.length, hasMore: false } };
+    const values = req.params.ref.type === 'ref/resource' ? completeArgument(ctx, arg.name, arg.value, req.params.context?.arguments) : [];
+    return { completion: { values, total: values.length, hasMore: values.length >= 100 } };
   });
   return {
     server,

@@ -65,16 +65,31 @@ export class SessionRegistry {
     if (rec) return rec.ancestors;
     return rebuildAncestors(id, runsDir);
   }
+
+  /** True when the session left a trace: its record, or adoption markers it wrote (its record may have been lost). */
+  knows(id: string, runsDir: string): boolean {
+    if (this.exists(id)) return true;
+    return markerOwners(id, runsDir, true).size > 0;
+  }
 }
 
 function rebuildAncestors(id: string, runsDir: string): string[] {
+  return [...markerOwners(id, runsDir, false)];
+}
+
+/** Owners of the runs `id` adopted, from `runs/<run>/adopted-by/<id>.json`; `first` stops at the first one. */
+function markerOwners(id: string, runsDir: string, first: boolean): Set<string> {
   const out = new Set<string>();
+  if (!SAFE_ID.test(id)) return out;
   let runs: string[] = [];
-  try { runs = fs.readdirSync(runsDir); } catch { return []; }
+  try { runs = fs.readdirSync(runsDir); } catch { return out; }
   for (const r of runs) {
     const marker = path.join(runsDir, r, 'adopted-by', `${encodeURIComponent(id)}.json`);
     const m = (() => { try { return readJsonFile<{ owner: string }>(marker); } catch { return null; } })();
-    if (m?.owner) out.add(m.owner);
+    if (m?.owner && m.owner !== id) {
+      out.add(m.owner);
+      if (first) break;
+    }
   }
-  return [...out];
+  return out;
 }

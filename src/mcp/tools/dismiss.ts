@@ -15,6 +15,7 @@ export const dismissTool: ToolDefinition = {
       const a = parseInput(DismissInput, args);
       if (a.runId === undefined) throw invalid('runId is required.');
       const r = await dismissRun(env.ctx, a.runId, a.cancel ?? false);
+      env.onListChanged();
       return success({ ...r });
     } catch (e) {
       return refusal(e, env.ctx.log);

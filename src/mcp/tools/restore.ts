@@ -1,4 +1,4 @@
-import { restore } from '../../manager/sessions.js';
+import { nestedRestoreRefusal, restore } from '../../manager/sessions.js';
 import { invalid, parseInput, refusal, success } from '../results.js';
 import { RestoreInput, RestoreOutput } from '../schemas.js';
 import type { ToolDefinition } from '../tool.js';
@@ -12,9 +12,9 @@ export const restoreTool: ToolDefinition = {
   output: RestoreOutput,
   async handler(args, _extra, env) {
     try {
+      if (!env.sessions || env.ctx.nesting) throw nestedRestoreRefusal();
       const a = parseInput(RestoreInput, args);
       if (a.lineage === undefined) throw invalid('lineage is required: the sessionIds of earlier sessions, newest first.');
-      if (!env.sessions) throw invalid('restore is unavailable in this server.');
       const r = await restore(env.ctx, env.sessions, a.lineage);
       env.onListChanged();
       return success({ ...r });

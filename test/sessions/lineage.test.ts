@@ -1,0 +1,139 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { sc, startServer, textOf, waitTerminal } from '../helpers/server.js';
+import { fakeRunId, launchOk, release, sessionIdOf, waitForFile, world, type World } from './session-helpers.js';
+
+describe('sessions: restore by lineage across server generations', () => {
+  let w: World;
+  afterEach(async () => { await w.cleanup(); });
+
+  it('A launches and is SIGKILLed; B restores [A]; C restores [B] only; the run completes and C reads its output', async () => {
+    w = world();
+    const a = await w.start();
+    const run = await launchOk(a, { agent: 'gate', task: 'three generations of output', label: 'gen' });
+    const sessA = run.sessionId;
+    expect(run.state).toBe('running');
+    process.kill(a.pid, 'SIGKILL');
+    await a.close();
+
+    const b = await w.start();
+    const sessB = await sessionIdOf(b);
+    expect(sessB).not.toBe(sessA);
+    const hidden = await b.call('status', { runId: run.runId });
+    expect(hidden.isError).toBe(true);
+    expect(textOf(hidden)).toMatch(/^RUN_NOT_FOUND: /);
+    expect(sc(await b.call('status', {})).runs).toEqual([]);
+
+    const rb = await b.call('restore', { lineage: [sessA] });
+    expect(rb.isError).toBeFalsy();
+    expect(sc(rb)).toMatchObject({ sessionId: sessB, adopted: 1, unknown: [] });
+    expect(sc(rb).lineage).toEqual([sessB, sessA]);
+    expect(sc(rb).runs.map((x: any) => [x.runId, x.adopted, x.state])).toEqual([[run.runId, true, 'running']]);
+    const seenB = sc(await b.call('status', { runId: run.runId }));
+    expect(seenB).toMatchObject({ runId: run.runId, sessionId: sessA, adopted: true, state: 'running' });
+
+    // Idempotent; unknown ids are reported, not fatal.
+    const unknownId = `s-${'x'.repeat(24)}`;
+    const again = sc(await b.call('restore', { lineage: [unknownId, sessA, 'short'] }));
+    expect(again.adopted).toBe(0);
+    expect(again.unknown.sort()).toEqual([unknownId, 'short'].sort());
+    expect(again.runs.map((x: any) => x.runId)).toEqual([run.runId]);
+
+    const c = await w.start();
+    const sessC = await sessionIdOf(c);
+    const rc = sc(await c.call('restore', { lineage: [sessB] }));
+    expect(rc.adopted).toBe(1);
+    expect(rc.lineage).toEqual([sessC, sessB, sessA]);
+    expect(sc(await c.call('status', { runId: run.runId }))).toMatchObject({ adopted: true, state: 'running' });
+    expect(sc(await c.call('status', {})).runs.map((x: any) => x.runId)).toEqual([run.runId]);
+
+    // Runs the adopted sessions start later are seen too (B is alive and launches after C restored).
+    const later = await launchOk(b, { agent: 'echo', task: 'started later by B' });
+    const lateSeen = sc(await c.call('status', { runId: later.runId }));
+    expect(lateSeen).toMatchObject({ sessionId: sessB, adopted: true });
+
+    // A cycle (B restores its own descendant C) is ignored; nothing hangs, nothing new is adopted.
+    const cyc = sc(await b.call('restore', { lineage: [sessC] }));
+    expect(cyc.adopted).toBe(0);
+    expect(new Set(cyc.lineage)).toEqual(new Set([sessA, sessB, sessC]));
+    expect(sc(await c.call('restore', { lineage: [sessB] })).lineage).toEqual([sessC, sessB, sessA]);
+
+    release(w.gates.gate!);
+    const fin = await waitTerminal(c, run.runId);
+    expect(fin.state).toBe('completed');
+    expect(fin.adopted).toBe(true);
+    expect(fin.output.text).toBe('three generations of output');
+    const res = await c.client.readResource({ uri: `subagents://runs/${run.runId}/output` });
+    expect((res.contents[0] as { text: string }).text).toBe('three generations of output');
+    // The adopting session may act on the run like its own: dismiss it.
+    const d = await c.call('dismiss', { runId: run.runId });
+    expect(sc(d)).toMatchObject({ dismissed: true, cancelled: false });
+  });
+
+  it('the registry deleted or truncated while servers run: restore still works, nothing is lost', async () => {
+    w = world();
+    const a = await w.start();
+    const run = await launchOk(a, { agent: 'gate', task: 'survives the registry' });
+    const sessA = run.sessionId;
+    const b = await w.start();
+    const sessB = await sessionIdOf(b);
+    expect(sc(await b.call('restore', { lineage: [sessA] })).adopted).toBe(1);
+    const c = await w.start();
+    const sessC = await sessionIdOf(c);
+    expect(sc(await c.call('restore', { lineage: [sessB] })).adopted).toBe(1);
+    const sessionsDir = path.join(w.t.home, 'sessions');
+
+    // 1. Truncate every session file while all three servers run.
+    for (const f of fs.readdirSync(sessionsDir)) fs.truncateSync(path.join(sessionsDir, f), 0);
+    expect(sc(await c.call('status', { runId: run.runId })).adopted).toBe(true);
+    const d = await w.start();
+    const rd = sc(await d.call('restore', { lineage: [sessC] }));
+    expect(rd.unknown).toEqual([]);
+    expect(rd.runs.map((x: any) => x.runId)).toEqual([run.runId]);
+    // Live servers write their own records back (they keep them in memory).
+    await waitForFile(sessionsDir, (n) => n === `${sessC}.json` && fs.statSync(path.join(sessionsDir, n)).size > 0);
+
+    // 2. Delete the whole registry after B and C are gone: their lineage is rebuilt from the adoption markers.
+    for (const s of [b, c]) { process.kill(s.pid, 'SIGKILL'); await s.close(); }
+    fs.rmSync(sessionsDir, { recursive: true, force: true });
+    const e = await w.start();
+    const re = sc(await e.call('restore', { lineage: [sessC] }));
+    expect(re.unknown).toEqual([]);
+    expect(re.adopted).toBe(1);
+    expect(re.runs.map((x: any) => x.runId)).toEqual([run.runId]);
+    const f = await w.start();
+    const rf = sc(await f.call('restore', { lineage: [sessB] }));
+    expect(rf.unknown).toEqual([]);
+    expect(rf.runs.map((x: any) => x.runId)).toEqual([run.runId]);
+    // The run's own session still sees it, and a later run of A reaches E through the rebuilt lineage.
+    const later = await launchOk(a, { agent: 'echo', task: 'after the registry was lost' });
+    expect(sc(await e.call('status', { runId: later.runId })).adopted).toBe(true);
+    release(w.gates.gate!);
+    expect((await waitTerminal(e, run.runId)).output.text).toBe('survives the registry');
+    expect(fs.existsSync(path.join(sessionsDir, `${sessA}.json`))).toBe(true);
+  });
+
+  it('a nested server (started by an agent of a run) refuses restore', async () => {
+    w = world();
+    const a = await w.start();
+    const sessA = await sessionIdOf(a);
+    const run = await launchOk(a, { agent: 'gate', task: 'parent of a nested server' });
+    const envFile = await waitForFile(w.gates.gate!, (n) => n.endsWith('.env.json'));
+    const agentEnv = JSON.parse(fs.readFileSync(envFile, 'utf8')) as Record<string, string>;
+    expect(agentEnv.SUBAGENTS_BUDGET).toBeTruthy();
+    const nestedEnv: Record<string, string> = { SUBAGENTS_ROOTS: w.t.root };
+    for (const k of ['SUBAGENTS_HOME', 'SUBAGENTS_PARENT_RUN_ID', 'SUBAGENTS_ROOT_RUN_ID', 'SUBAGENTS_DEPTH', 'SUBAGENTS_BUDGET']) nestedEnv[k] = agentEnv[k]!;
+    const nested = await startServer(nestedEnv);
+    w.servers.push(nested);
+    const r = await nested.call('restore', { lineage: [sessA] });
+    expect(r.isError).toBe(true);
+    expect(r.structuredContent).toBeUndefined();
+    expect(textOf(r)).toMatch(/^INVALID_INPUT: restore is not available to a nested server/);
+    // Refused before any other check: even a malformed call gets the same answer.
+    expect(textOf(await nested.call('restore', {}))).toMatch(/^INVALID_INPUT: restore is not available to a nested server/);
+    // It did not adopt anything: the parent's run stays invisible to it.
+    expect(textOf(await nested.call('status', { runId: run.runId }))).toMatch(/^RUN_NOT_FOUND: /);
+    expect(textOf(await nested.call('status', { runId: fakeRunId() }))).toMatch(/^RUN_NOT_FOUND: /);
+  });
+});
