@@ -55,6 +55,13 @@ export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?:
         }).catch(() => {});
       }
     }
+    // The runner exits right after recording the end (ledger release, last event): wait for that as well, within the
+    // same bound, so that an answer of "cancelled" means no process of the run is left.
+    const runner = s.runner;
+    if (isTerminalRun(s.state) && runner) {
+      const exitBy = Math.max(deadline, performance.now() + 1000);
+      while (isAlive(runner) && performance.now() < exitBy) await sleep(20);
+    }
   }
   return { runId, state: s.state, error: s.error, survivors: s.survivors.map((p) => p.pid) };
 }

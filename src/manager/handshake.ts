@@ -67,8 +67,12 @@ function waitFor<T>(o: WaitOptions, phase: HandshakePhase, ready: () => T | null
 /** Phase `spawn`→`ready`: the runner proves who it is (pid and start time of the process we started). */
 export async function awaitReady(o: WaitOptions): Promise<ProcessIdentity> {
   const ready = await waitFor(o, 'spawn', () => readJsonFile<{ pid: number; startTime: string }>(o.paths.ready));
+  if (ready.pid !== o.child.pid) {
+    throw new HandshakeFailure('ready', 'the ready report names another process than the runner that was started', null);
+  }
   const actual = readIdentity(ready.pid);
-  if (ready.pid !== o.child.pid || !actual || actual.startTime !== ready.startTime) {
+  if (!actual) throw new HandshakeFailure('ready', 'the runner exited right after it reported ready', null);
+  if (actual.startTime !== ready.startTime) {
     throw new HandshakeFailure('ready', 'the ready report does not match the runner process that was started', null);
   }
   return actual;

@@ -48,7 +48,8 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
   const runner = status.runner!;
   const find = () => findRunProcesses({ pgids: runnerGroups(runner), token: record.runToken, exclude: [process.pid] });
   const term = await terminateProcesses(find, record.killGraceMs);
-  const tail = readTail(paths.runnerLog, 2048);
+  // The runner's last words; a runner killed outright (SIGKILL, the OOM killer) leaves none, which is worth saying.
+  const tail = readTail(paths.runnerLog, 2048) || '(runner.log is empty: the runner was killed without a word, e.g. by SIGKILL or the OOM killer)';
   const after = await ctx.store.update(runId, (cur) => {
     const next = ended(cur, 'failed', { code: 'RUNNER_LOST', message: `the runner (pid ${runner.pid}) ended without finishing the run; its agents were stopped` });
     next.runnerLogTail = tail;

@@ -14,6 +14,13 @@ function fault(phase: string): void {
   if (process.env.SUBAGENTS_TEST_FAULT === phase) process.kill(process.pid, 'SIGKILL');
 }
 
+/** Test seam: never report ready (the launch's handshake timeout must end it); gives up on its own after 2 minutes. */
+async function hangBeforeReady(): Promise<void> {
+  if (process.env.SUBAGENTS_TEST_FAULT !== 'hang-before-ready') return;
+  await new Promise((r) => setTimeout(r, 120_000));
+  process.exit(3);
+}
+
 async function main(): Promise<number> {
   process.umask(0o077);
   const runDir = process.argv[2];
@@ -23,6 +30,7 @@ async function main(): Promise<number> {
   }
   const paths = new RunPaths(runDir);
   fault('before-ready');
+  await hangBeforeReady();
   const record = readJsonFile<RunRecord>(paths.record);
   if (!record) {
     process.stderr.write('runner: run.json missing\n');

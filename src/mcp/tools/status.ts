@@ -18,6 +18,8 @@ export const statusTool: ToolDefinition = {
   async handler(args, extra, env) {
     try {
       const q = parseInput(StatusInput, args);
+      // A long-poll tells a client with a progress token at once that it is waiting (then every few seconds).
+      if ((q.waitMs ?? 0) > 0) progress(extra, 0, q.runId ? `waiting on ${q.runId}` : 'waiting on the session\'s runs');
       const answer = await getStatus(env.ctx, q, {
         signal: combinedSignal(extra.signal, env.shutdown),
         onProgress: (ms, message) => progress(extra, Math.round(ms), message),
