@@ -8,7 +8,10 @@ import { packageVersion } from './version.js';
 const argv = process.argv.slice(2);
 const first = argv[0];
 
-if (first === undefined || first === 'serve' || (first.startsWith('--') && first !== '--help' && first !== '-h' && first !== '--version' && first !== '-V')) {
+// `--help` anywhere (`serve --help`) is for a person: the command line prints it.
+const wantsHelp = argv.some((a) => a === '--help' || a === '-h');
+
+if (!wantsHelp && (first === undefined || first === 'serve' || (first.startsWith('--') && first !== '--version' && first !== '-V'))) {
   const { serve } = await import('./mcp/serve.js');
   const { parseServeFlags } = await import('./cli/serve-flags.js');
   const rest = first === 'serve' ? argv.slice(1) : argv;

@@ -1,0 +1,198 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { execa } from 'execa';
+import { adapterFor } from '../agents/adapters/index.js';
+import { buildAgentEnv, globToRegExp, isNeverPass } from '../agents/agent-env.js';
+import { resolveBin } from '../agents/resolve-bin.js';
+import { BACKENDS, type Backend } from '../agents/types.js';
+import { flagName, type Settings } from '../config.js';
+import { isAlive, type ProcessIdentity } from '../process/identity.js';
+import { readJsonFile } from '../store/json-file.js';
+import { readLedger } from '../store/ledger.js';
+import { isTerminalRun, type RunStatus } from '../store/run-types.js';
+import { checkStateHome } from '../store/state-home.js';
+import { listAgents } from './agent-list.js';
+import { loadFullCatalog } from './agent-resolver.js';
+import type { ManagerContext } from './context.js';
+import { listAll } from './listing.js';
+import { diskBytes } from './gc.js';
+
+/**
+ * `doctor`: everything a person needs to trust and debug this machine's setup, read-only (it reconciles nothing,
+ * creates nothing, and never prints the value of an environment variable that is not a path setting).
+ */
+export interface DoctorReport {
+  version: string;
+  node: string;
+  platform: string;
+  home: { path: string; source: string; exists: boolean; mode: string | null; problems: string[]; runs: number; bytes: number };
+  settings: Array<{ env: string; flag: string; value: string; source: string }>;
+  backends: Array<{ backend: Backend; bin: string | null; found: boolean; version: string | null; usable: boolean; problem?: string }>;
+  agents: {
+    projectDir: string;
+    projectTrusted: boolean;
+    available: Array<{ name: string; backend: string; source: string; trusted: boolean; available: boolean; problem?: string }>;
+    refused: Array<{ name?: string; path: string; source: string; reason: string }>;
+  };
+  passThrough: {
+    /** SUBAGENTS_PASS_ENV names and globs in force. */
+    patterns: string[];
+    /** Names of variables set here that agents receive through those patterns (never their values). */
+    set: string[];
+    /** Per backend: its documented credential variables that are set here (names only). */
+    credentials: Array<{ backend: Backend; set: string[]; known: string[] }>;
+    /** Variables set here that are never passed to an agent, even when named. */
+    blocked: string[];
+  };
+  capacity: { activeRuns: number; maxActiveRuns: number; liveAgents: number; maxAgents: number };
+  attention: Array<{ runId: string; state: string; problem: string }>;
+  problems: string[];
+  warnings: string[];
+}
+
+const VERSION_TIMEOUT_MS = 5000;
+
+function settingRows(s: Settings): DoctorReport['settings'] {
+  const rows: DoctorReport['settings'] = [];
+  const add = (env: string, key: string, value: string) => rows.push({ env, flag: flagName(env), value, source: s.sources[key] ?? 'default' });
+  add('SUBAGENTS_HOME', 'home', s.home);
+  add('SUBAGENTS_ROOTS', 'roots', s.explicitRoots ? s.explicitRoots.join(path.delimiter) : "(the client's MCP roots, else the server's working directory)");
+  add('SUBAGENTS_TRUST', 'trust', s.trust.length ? s.trust.join(path.delimiter) : '(none)');
+  add('SUBAGENTS_MAX_ACTIVE_RUNS', 'maxActiveRuns', s.maxActiveRuns === 0 ? '0 (unlimited)' : String(s.maxActiveRuns));
+  add('SUBAGENTS_MAX_AGENTS', 'maxAgents', String(s.maxAgents));
+  add('SUBAGENTS_MAX_SPAWNS_PER_RUN', 'maxSpawnsPerRun', String(s.maxSpawnsPerRun));
+  add('SUBAGENTS_MAX_DEPTH', 'maxDepth', String(s.maxDepth));
+  add('SUBAGENTS_DEFAULT_TIMEOUT_MS', 'defaultTimeoutMs', String(s.defaultTimeoutMs));
+  add('SUBAGENTS_MAX_TIMEOUT_MS', 'maxTimeoutMs', String(s.maxTimeoutMs));
+  add('SUBAGENTS_KILL_GRACE_MS', 'killGraceMs', String(s.killGraceMs));
+  // The session id may be a host's conversation id: shown as set or not, never its value.
+  add('SUBAGENTS_SESSION_ID', 'sessionId', s.sessionId ? '(set; a fixed session id)' : '(random per server)');
+  add('SUBAGENTS_AGENTS_PATH', 'agentsPath', s.agentsPath.length ? s.agentsPath.join(path.delimiter) : '(none)');
+  add('SUBAGENTS_PASS_ENV', 'passEnv', s.passEnv.join(' '));
+  add('SUBAGENTS_MAX_WAIT_MS', 'maxWaitMs', String(s.maxWaitMs));
+  add('SUBAGENTS_HANDSHAKE_TIMEOUT_MS', 'handshakeTimeoutMs', String(s.handshakeTimeoutMs));
+  add('SUBAGENTS_MAX_OUTPUT_BYTES', 'maxOutputBytes', String(s.maxOutputBytes));
+  for (const [b, bin] of Object.entries(s.bins)) rows.push({ env: `SUBAGENTS_BIN_${b.toUpperCase()}`, flag: '-', value: bin, source: 'env' });
+  return rows;
+}
+
+async function checkBackend(backend: Backend, ctx: Pick<ManagerContext, 'settings' | 'env'>): Promise<DoctorReport['backends'][number]> {
+  const adapter = adapterFor(backend);
+  if (!adapter) return { backend, bin: null, found: false, version: null, usable: false, problem: 'no adapter for this backend in this build' };
+  const override = ctx.settings.bins[backend];
+  const bin = resolveBin(adapter.binName, { override, pathEnv: ctx.env.PATH });
+  if (!bin) {
+    const problem = override
+      ? `SUBAGENTS_BIN_${backend.toUpperCase()} does not name an executable file`
+      : `${adapter.binName} not found on PATH (install it, or set SUBAGENTS_BIN_${backend.toUpperCase()})`;
+    return { backend, bin: null, found: false, version: null, usable: false, problem };
+  }
+  // Run it as an agent would be run: the same allowlisted environment, no stdin, bounded in time.
+  const env = buildAgentEnv({ source: ctx.env, passEnv: ctx.settings.passEnv, credentialEnv: adapter.credentialEnv, agentEnv: [], extra: {} });
+  const r = await execa(bin, adapter.versionArgs.length ? adapter.versionArgs : ['--version'], {
+    env, extendEnv: false, stdin: 'ignore', reject: false, timeout: VERSION_TIMEOUT_MS, forceKillAfterDelay: 1000,
+    maxBuffer: 64 * 1024, cleanup: true,
+  });
+  const text = `${r.stdout ?? ''}`.trim() || `${r.stderr ?? ''}`.trim();
+  const version = text.split('\n')[0]?.replace(/[\u0000-\u001f\u007f]/g, '').slice(0, 80) || null;
+  if (r.timedOut) return { backend, bin, found: true, version: null, usable: false, problem: `${path.basename(bin)} --version did not answer within ${VERSION_TIMEOUT_MS} ms` };
+  if (r.exitCode !== 0) return { backend, bin, found: true, version, usable: false, problem: `${path.basename(bin)} --version exited with ${r.exitCode ?? r.signal ?? 'an error'}` };
+  return { backend, bin, found: true, version, usable: true };
+}
+
+function lastActivityMs(ctx: ManagerContext, runId: string): number {
+  const p = ctx.store.paths(runId);
+  let t = 0;
+  for (const f of [p.status, p.events, p.outDir]) {
+    try { t = Math.max(t, fs.statSync(f).mtimeMs); } catch { /* absent */ }
+  }
+  return t;
+}
+
+/** Runs a person should look at; read-only (the next listing or server sweep reconciles them). */
+function runsNeedingAttention(ctx: ManagerContext): DoctorReport['attention'] {
+  const out: DoctorReport['attention'] = [];
+  const now = Date.now();
+  for (const m of listAll(ctx)) {
+    let s: RunStatus | null;
+    try {
+      s = ctx.store.readStatus(m.runId);
+    } catch (e) {
+      out.push({ runId: m.runId, state: 'corrupt', problem: (e as Error).message });
+      continue;
+    }
+    if (!s) { out.push({ runId: m.runId, state: 'corrupt', problem: 'status.json is missing' }); continue; }
+    if (s.survivors.length) {
+      const alive = s.survivors.filter((p) => isAlive(p));
+      if (alive.length) out.push({ runId: m.runId, state: s.state, problem: `${alive.length} process(es) survived SIGKILL and are still alive: pid ${alive.map((p) => p.pid).join(', ')}` });
+    }
+    if (isTerminalRun(s.state)) continue;
+    if (s.state === 'running' && !isAlive(s.runner)) {
+      out.push({ runId: m.runId, state: s.state, problem: `its runner (pid ${s.runner?.pid ?? '?'}) is gone; \`subagents-mcp runs\` or any server records it failed/RUNNER_LOST and stops its leftovers` });
+      continue;
+    }
+    if (s.state === 'starting') {
+      const rec = ctx.store.readRecord(m.runId);
+      const ready = readJsonFile<ProcessIdentity>(ctx.store.paths(m.runId).ready);
+      if (rec && !isAlive(rec.server) && !(ready && isAlive(ready))) {
+        out.push({ runId: m.runId, state: s.state, problem: 'its launching server is gone before the start; the next listing records it failed/HANDSHAKE_FAILED' });
+      } else if (rec && now - Date.parse(rec.createdAt) > rec.handshakeTimeoutMs * 3) {
+        out.push({ runId: m.runId, state: s.state, problem: `still starting ${Math.round((now - Date.parse(rec.createdAt)) / 1000)} s after launch (handshake timeout ${rec.handshakeTimeoutMs} ms)` });
+      }
+      continue;
+    }
+    const idle = now - lastActivityMs(ctx, m.runId);
+    if (idle > 30 * 60_000) {
+      out.push({ runId: m.runId, state: s.state, problem: `alive but no output or state change for ${Math.round(idle / 60_000)} min; look with \`subagents-mcp show ${m.runId}\`, stop with \`subagents-mcp cancel ${m.runId}\`` });
+    }
+  }
+  return out;
+}
+
+export async function runDoctor(ctx: ManagerContext, version: string): Promise<DoctorReport> {
+  const s = ctx.settings;
+  const problems: string[] = [];
+  const warnings: string[] = [];
+  const check = checkStateHome(s.home);
+  problems.push(...check.problems.map((p) => `unsafe state home: ${p}`));
+  let mode: string | null = null;
+  try { mode = (fs.lstatSync(s.home).mode & 0o777).toString(8).padStart(3, '0'); } catch { /* absent */ }
+  const safe = check.problems.length === 0 && check.exists;
+  const runIds = safe ? ctx.store.listRunIds() : [];
+
+  const backends = await Promise.all(BACKENDS.filter((b) => b !== 'command').map((b) => checkBackend(b, ctx)));
+  if (!backends.some((b) => b.usable)) warnings.push('no agent CLI is usable here; only `backend: command` agents (like the demo\'s) can run');
+
+  const listing = listAgents(ctx);
+  const catalog = loadFullCatalog(ctx);
+  if (listing.refused.length) warnings.push(`${listing.refused.length} agent file(s) refused (see agents)`);
+
+  const patterns = s.passEnv.map((p) => globToRegExp(p));
+  const names = Object.keys(ctx.env).filter((n) => ctx.env[n] !== undefined && ctx.env[n] !== '').sort();
+  const passed = names.filter((n) => patterns.some((re) => re.test(n)) && !isNeverPass(n) && !/^SUBAGENTS_/i.test(n));
+  const credentials = BACKENDS.filter((b) => b !== 'command').map((b) => {
+    const known = adapterFor(b)?.credentialEnv ?? [];
+    return { backend: b, known, set: known.filter((n) => names.includes(n)) };
+  });
+  const blocked = names.filter((n) => isNeverPass(n));
+
+  const ledger = safe ? readLedger(ctx.layout) : { roots: {}, agents: {} };
+  const attention = safe ? runsNeedingAttention(ctx) : [];
+  if (attention.length) warnings.push(`${attention.length} run(s) need attention (see runs needing attention)`);
+  if (process.platform === 'win32') warnings.push('launch is not supported on Windows (PLATFORM_UNSUPPORTED); agents and doctor work');
+
+  return {
+    version,
+    node: process.version,
+    platform: `${process.platform} ${process.arch}`,
+    home: { path: s.home, source: s.sources.home ?? 'default', exists: check.exists, mode, problems: check.problems, runs: runIds.length, bytes: safe ? diskBytes(s.home) : 0 },
+    settings: settingRows(s),
+    backends,
+    agents: { projectDir: catalog.projectDir, projectTrusted: catalog.projectTrusted, available: listing.agents, refused: listing.refused },
+    passThrough: { patterns: s.passEnv, set: passed, credentials, blocked },
+    capacity: { activeRuns: Object.keys(ledger.roots).length, maxActiveRuns: s.maxActiveRuns, liveAgents: Object.keys(ledger.agents).length, maxAgents: s.maxAgents },
+    attention,
+    problems,
+    warnings,
+  };
+}
