@@ -107,3 +107,11 @@ export function vmKiB(pid: number, field: 'VmRSS' | 'VmHWM'): number | null {
     return null;
   }
 }
+
+/** Launches and returns the run id; a refusal fails the test with its text. */
+export async function launchOk(s: { call: (n: string, a?: Record<string, unknown>) => Promise<any> }, args: Record<string, unknown>): Promise<string> {
+  const r = await s.call('launch', args);
+  const text = r.content?.[0]?.text ?? '';
+  if (r.isError) throw new Error(`launch refused: ${text}`);
+  return r.structuredContent.runId as string;
+}
