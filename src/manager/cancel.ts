@@ -5,6 +5,7 @@ import { writeFileAtomic } from '../store/atomic-write.js';
 import { isTerminalRun, isTerminalStep, type RunStatus, type StepStatus } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';
 import { requireVisible } from './listing.js';
+import { requestTreeCancel } from './nesting.js';
 import { reconcileRun } from './reconcile.js';
 import { freshStatus } from './run-status.js';
 import { withLedger } from '../store/ledger.js';
@@ -30,6 +31,7 @@ export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?:
   if (!isTerminalRun(s.state)) {
     const paths = ctx.store.paths(runId);
     writeFileAtomic(paths.cancelRequest, JSON.stringify({ at: new Date().toISOString(), reason: 'CANCELLED', by: ctx.sessionId }));
+    requestTreeCancel(ctx.store, runId, 'CANCELLED');
     const record = ctx.store.readRecord(runId)!;
     const deadline = performance.now() + record.killGraceMs + 1500;
     const start = performance.now();

@@ -3,6 +3,7 @@ import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, runnerGroups } from '../process/terminate.js';
 import { pruneAgentSlots } from '../runner/agent-slots.js';
 import { withLedger, readLedger, type Ledger } from '../store/ledger.js';
+import type { StepSpec } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';
 
 /** When this process first saw each unbound reservation (monotonic clock: wall-clock jumps change nothing). */
@@ -10,8 +11,10 @@ const firstSeenUnbound = new Map<string, number>();
 
 /**
  * Drops reservations whose end is proven: an unbound one whose launching server is dead, or that this process has
- * seen unbound for longer than twice the handshake timeout; a bound one whose runner is dead and whose process
- * group is empty.
+ * seen unbound for longer than twice the launching server's handshake timeout (the launch has given up by then, and
+ * its bind fails); a bound one whose runner is dead, whose process group is empty and of whose tree no agent slot is
+ * live (a root holds its slot until its whole tree has ended). Trees whose root holds no slot any more are dropped:
+ * nothing can be launched into them. Call after `pruneAgentSlots`.
  */
 export function pruneRoots(l: Ledger, handshakeTimeoutMs: number): void {
   const now = performance.now();
@@ -19,18 +22,29 @@ export function pruneRoots(l: Ledger, handshakeTimeoutMs: number): void {
     if (r.runner === null) {
       const seen = firstSeenUnbound.get(runId) ?? now;
       firstSeenUnbound.set(runId, seen);
-      if (!isAlive(r.server) || now - seen > handshakeTimeoutMs * 2) {
+      const ttl = Math.max(handshakeTimeoutMs, r.handshakeMs ?? 0) * 2;
+      if (!isAlive(r.server) || now - seen > ttl) {
         delete l.roots[runId];
         firstSeenUnbound.delete(runId);
       }
-    } else if (!isAlive(r.runner) && findRunProcesses({ pgids: runnerGroups(r.runner) }).length === 0) {
-      delete l.roots[runId];
+    } else {
+      firstSeenUnbound.delete(runId);
+      if (isAlive(r.runner)) continue;
+      if (Object.values(l.agents).some((a) => a.root === runId)) continue;
+      if (findRunProcesses({ pgids: runnerGroups(r.runner) }).length === 0) delete l.roots[runId];
     }
   }
   for (const root of Object.keys(l.trees)) {
-    // A tree whose root holds no slot and whose budget nobody claims any more is finished.
-    if (!l.roots[root] && !Object.keys(l.agents).some((k) => k.startsWith(`${root}:`)) && l.trees[root]!.used === 0) delete l.trees[root];
+    if (!l.roots[root]) delete l.trees[root];
   }
+  for (const runId of firstSeenUnbound.keys()) if (!l.roots[runId]) firstSeenUnbound.delete(runId);
+}
+
+/** The agent slots a nested launch needs to start at once: its first step's width. */
+export function firstStepWidth(steps: StepSpec[]): number {
+  const s = steps[0];
+  if (!s) return 0;
+  return s.kind === 'agent' ? 1 : Math.min(s.concurrency, s.members.length);
 }
 
 export interface ReserveRequest {
@@ -39,7 +53,11 @@ export interface ReserveRequest {
   claims: number;
   /** Names the step path of each claim, for the FANOUT_EXHAUSTED message. */
   claimPaths: string[];
-  nested: { rootRunId: string } | null;
+  /**
+   * A nested launch: reserves `agentSlots` agent slots (refused, never queued, when SUBAGENTS_MAX_AGENTS — the tree's
+   * recorded `maxAgents` — has no room for them) instead of a capacity slot.
+   */
+  nested: { rootRunId: string; agentSlots: number; maxAgents: number } | null;
   treeLimits: { maxSpawns: number; maxDepth: number };
 }
 
@@ -48,23 +66,24 @@ export interface Reservation {
   fanout: { used: number; limit: number; remaining: number };
 }
 
-/** Under the ledger lock: capacity (top-level), agent cap (nested), fan-out claims. Nothing is written on refusal. */
+/** Under the ledger lock: capacity (top-level), agent slots (nested), fan-out claims. Nothing is written on refusal. */
 export async function reserve(ctx: ManagerContext, req: ReserveRequest): Promise<Reservation> {
   const { settings } = ctx;
   return withLedger(ctx.layout, (l) => {
-    pruneRoots(l, settings.handshakeTimeoutMs);
     pruneAgentSlots(l);
-    const active = Object.keys(l.roots).length;
+    pruneRoots(l, settings.handshakeTimeoutMs);
     const limit = settings.maxActiveRuns;
     const rootId = req.nested ? req.nested.rootRunId : req.runId;
     let tree = l.trees[rootId];
     if (req.nested) {
       if (!tree) throw new SubagentError('RUN_NOT_ACTIVE', 'the run tree this agent belongs to has ended; nothing can be launched into it.');
       const liveAgents = Object.keys(l.agents).length;
-      if (liveAgents >= settings.maxAgents) {
-        throw new SubagentError('CAPACITY_EXHAUSTED', `${liveAgents} of ${settings.maxAgents} agent processes are live in this state home (SUBAGENTS_MAX_AGENTS); a nested launch is refused rather than queued. Finish without delegating, or retry after a sibling ends.`);
+      const { agentSlots, maxAgents } = req.nested;
+      if (liveAgents + agentSlots > maxAgents) {
+        throw new SubagentError('CAPACITY_EXHAUSTED', `${liveAgents} of ${maxAgents} agent processes are live or reserved in this state home (SUBAGENTS_MAX_AGENTS) and this launch needs ${agentSlots} more; a nested launch is refused rather than queued (a waiting parent could deadlock). Do the work in this agent, launch fewer agents at once, or retry after one of your nested runs ends.`);
       }
     } else {
+      const active = Object.keys(l.roots).length;
       if (limit > 0 && active >= limit) {
         throw new SubagentError('CAPACITY_EXHAUSTED', `${active} of ${limit} active runs`);
       }
@@ -77,7 +96,12 @@ export async function reserve(ctx: ManagerContext, req: ReserveRequest): Promise
     }
     tree!.used += req.claims;
     l.trees[rootId] = tree!;
-    if (!req.nested) l.roots[req.runId] = { at: new Date().toISOString(), server: ctx.server, runner: null };
+    const at = new Date().toISOString();
+    if (!req.nested) {
+      l.roots[req.runId] = { at, server: ctx.server, runner: null, handshakeMs: settings.handshakeTimeoutMs };
+    } else {
+      for (let i = 0; i < req.nested.agentSlots; i++) l.agents[`${req.runId}:reserved:${i}`] = { runner: ctx.server, agent: null, at, root: rootId };
+    }
     return {
       capacity: { active: Object.keys(l.roots).length, limit },
       fanout: { used: tree!.used, limit: tree!.limit, remaining: tree!.limit - tree!.used },
@@ -85,22 +109,30 @@ export async function reserve(ctx: ManagerContext, req: ReserveRequest): Promise
   });
 }
 
-/** Binds a reservation to the runner that proved itself in the handshake. */
-export async function bindReservation(ctx: ManagerContext, runId: string, runner: ProcessIdentity): Promise<void> {
+/**
+ * Binds a reservation (a top-level run's capacity slot, a nested run's reserved agent slots) to the runner that
+ * proved itself in the handshake: from now on it is released only on that runner's proven end.
+ */
+export async function bindReservation(ctx: ManagerContext, runId: string, runner: ProcessIdentity, nested: boolean): Promise<void> {
   await withLedger(ctx.layout, (l) => {
-    const r = l.roots[runId];
-    if (!r) throw new SubagentError('HANDSHAKE_FAILED', 'the capacity reservation expired before the runner was ready');
-    r.runner = runner;
+    if (!nested) {
+      const r = l.roots[runId];
+      if (!r) throw new SubagentError('HANDSHAKE_FAILED', 'the capacity reservation expired before the runner was ready');
+      r.runner = runner;
+      return;
+    }
+    for (const [key, slot] of Object.entries(l.agents)) if (key.startsWith(`${runId}:reserved:`)) slot.runner = runner;
   });
 }
 
-/** Returns a failed launch's reservation and its fan-out claims (no agent started). */
+/** Returns a failed launch's reservation, its agent slots and its fan-out claims (no agent started). */
 export async function releaseReservation(ctx: ManagerContext, runId: string, rootRunId: string, refund: number): Promise<void> {
   await withLedger(ctx.layout, (l) => {
     delete l.roots[runId];
+    for (const key of Object.keys(l.agents)) if (key.startsWith(`${runId}:`)) delete l.agents[key];
     const tree = l.trees[rootRunId];
     if (tree) tree.used = Math.max(0, tree.used - refund);
-    if (rootRunId === runId && tree && tree.used === 0) delete l.trees[rootRunId];
+    if (rootRunId === runId) delete l.trees[rootRunId];
   });
 }
 

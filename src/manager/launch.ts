@@ -10,7 +10,7 @@ import { spawnDetached } from '../process/spawn-detached.js';
 import { newStepStatus } from '../runner/step-status.js';
 import type { AgentTaskSpec, RunMode, RunRecord, RunStatus, StepSpec } from '../store/run-types.js';
 import { catalogFor, freezeAgent, writeCatalogSnapshot } from './agent-resolver.js';
-import { bindReservation, releaseReservation, reserve, type Reservation } from './capacity.js';
+import { bindReservation, firstStepWidth, releaseReservation, reserve, type Reservation } from './capacity.js';
 import { RUNNER_MAIN, type ManagerContext } from './context.js';
 import { awaitReady, handshakeError, HandshakeFailure, proceedAndAwaitStart, type HandshakePhase } from './handshake.js';
 import { checkNesting } from './nesting.js';
@@ -105,7 +105,10 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
 
   let reservation: Reservation;
   try {
-    reservation = await reserve(ctx, { runId, claims: paths.length, claimPaths: paths, nested: nesting ? { rootRunId } : null, treeLimits: limits });
+    // A nested run's agent cap is the tree's (its server's own environment is the agent's, not the operator's).
+    const nested = nesting ? { rootRunId, agentSlots: firstStepWidth(steps), maxAgents: parentRecord?.maxAgents ?? settings.maxAgents } : null;
+    reservation = await reserve(ctx, { runId, claims: paths.length, claimPaths: paths, nested, treeLimits: limits });
+    testFault(ctx, 'server-after-reserve');
   } catch (e) {
     if (e instanceof SubagentError && e.code === 'CAPACITY_EXHAUSTED' && !nesting) {
       const mine = ownActiveRuns(ctx).slice(0, 5);
@@ -120,8 +123,8 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   const record: RunRecord = {
     v: 1, runId, sessionId: ctx.sessionId, mode: input.mode, cwd, label: input.label ?? null,
     createdAt: new Date().toISOString(), timeoutMs: input.timeoutMs ?? null,
-    defaultStepTimeoutMs: settings.defaultTimeoutMs, killGraceMs: settings.killGraceMs,
-    handshakeTimeoutMs: settings.handshakeTimeoutMs, maxOutputBytes: settings.maxOutputBytes, maxAgents: settings.maxAgents,
+    defaultStepTimeoutMs: settings.defaultTimeoutMs, killGraceMs: parentRecord?.killGraceMs ?? settings.killGraceMs,
+    handshakeTimeoutMs: settings.handshakeTimeoutMs, maxOutputBytes: settings.maxOutputBytes, maxAgents: parentRecord?.maxAgents ?? settings.maxAgents,
     passEnv: settings.passEnv, umask: originalUmask(), depth, rootRunId, parentRunId: nesting?.parentRunId ?? null,
     parentStepKey: nesting?.parentStepKey ?? null, limits, runToken: randomBytes(24).toString('base64url'),
     server: ctx.server, steps,
@@ -144,6 +147,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
 
   o.onProgress?.('spawn');
   const child = spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env: runnerEnv(ctx, steps), logFile: runPaths.runnerLog });
+  testFault(ctx, 'server-after-spawn');
   const deadline = performance.now() + settings.handshakeTimeoutMs;
   const wait = { paths: runPaths, child, deadline, signal: o.signal };
   let phase: HandshakePhase = 'spawn';
@@ -152,7 +156,8 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     runner = await awaitReady(wait);
     phase = 'bind';
     o.onProgress?.('ready');
-    if (!nesting) await bindReservation(ctx, runId, runner);
+    await bindReservation(ctx, runId, runner, nesting !== null);
+    testFault(ctx, 'server-after-bind');
     phase = 'proceed';
     const started = await proceedAndAwaitStart(wait, runner);
     if (started.state !== 'running' && started.state !== 'completed') throw new HandshakeFailure('proceed', `the run became ${started.state} at its start`, runner);
@@ -229,6 +234,11 @@ function runnerEnv(ctx: ManagerContext, steps: StepSpec[]): Record<string, strin
   const env = buildAgentEnv({ source: ctx.env, passEnv: ctx.settings.passEnv, credentialEnv: [...credentialEnv], agentEnv: [...agentEnv], extra: {} });
   if (ctx.env.SUBAGENTS_TEST_FAULT) env.SUBAGENTS_TEST_FAULT = ctx.env.SUBAGENTS_TEST_FAULT;
   return env;
+}
+
+/** Test seam: the server SIGKILLs itself at a launch phase (reclaim of a dead launcher's reservation is tested so). */
+function testFault(ctx: ManagerContext, phase: string): void {
+  if (ctx.env.SUBAGENTS_TEST_FAULT === phase) process.kill(process.pid, 'SIGKILL');
 }
 
 let umaskAtStart: number | null = null;

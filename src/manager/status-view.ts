@@ -4,6 +4,7 @@ import type { RunPaths } from '../store/layout.js';
 import { isTerminalRun, type AppendRecord, type RunRecord, type RunStatus, type StepSpec, type StepStatus } from '../store/run-types.js';
 import { newStepStatus } from '../runner/step-status.js';
 import { fanoutSnapshot } from './capacity.js';
+import { descendants } from './nesting.js';
 import type { ManagerContext } from './context.js';
 import { isVisible, readMeta } from './listing.js';
 
@@ -185,18 +186,28 @@ function stepText(paths: RunPaths, s: StepStatus, budget: number): TextView {
   return { ...t, bytes, truncated: t.truncated || s.outputTruncated || bytes > t.bytes };
 }
 
-/** The tree's budget while it lives; once it has ended, the agents that actually started (claims of the rest were returned). */
+/** The tree's budget while it lives; once it has ended, the agents the whole tree actually started (claims of the rest were returned). */
 function fanoutOf(ctx: ManagerContext, record: RunRecord, status: RunStatus): { used: number; limit: number; remaining: number } {
   // A root that has ended answers from its steps even in the moment before its runner returned the tree's claims.
   const live = isTerminalRun(status.state) && record.depth === 0 ? null : fanoutSnapshot(ctx, record.rootRunId);
   if (live) return live;
-  let used = 0;
-  for (const s of status.steps) {
-    if (s.members) used += s.members.filter((m) => m.startedAt !== null).length;
-    else if (s.startedAt !== null) used++;
-  }
+  const started = (st: RunStatus | null) => {
+    let n = 0;
+    for (const s of st?.steps ?? []) {
+      if (s.members) n += s.members.filter((m) => m.startedAt !== null).length;
+      else if (s.startedAt !== null) n++;
+    }
+    return n;
+  };
+  const root = record.rootRunId;
+  let used = started(root === record.runId ? status : safeRead(ctx, root));
+  for (const id of descendants(ctx.store, root)) used += started(id === record.runId ? status : safeRead(ctx, id));
   const limit = record.limits.maxSpawns;
   return { used, limit, remaining: Math.max(0, limit - used) };
+}
+
+function safeRead(ctx: ManagerContext, runId: string): RunStatus | null {
+  try { return ctx.store.readStatus(runId); } catch { return null; }
 }
 
 export function summarize(ctx: ManagerContext, runId: string, status: RunStatus | null): RunSummary {

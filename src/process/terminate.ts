@@ -76,8 +76,12 @@ export async function terminateProcesses(find: () => ProcessInfo[], graceMs: num
   }
 }
 
-/** Descendants of `rootPid` (by parent links), the root included. */
-export function processTree(rootPid: number, all = listProcesses()): ProcessInfo[] {
+/**
+ * Descendants of `rootPid` (by parent links), the root included. `spare` names processes whose subtrees are not
+ * entered (the runners of nested runs: an agent's MCP server starts them, but they and their agents belong to their
+ * own runs, which are stopped through those runners).
+ */
+export function processTree(rootPid: number, all = listProcesses(), spare: (p: ProcessInfo) => boolean = () => false): ProcessInfo[] {
   const byParent = new Map<number, ProcessInfo[]>();
   for (const p of all) {
     const list = byParent.get(p.ppid) ?? [];
@@ -90,6 +94,7 @@ export function processTree(rootPid: number, all = listProcesses()): ProcessInfo
   const stack = [root];
   while (stack.length) {
     const p = stack.pop()!;
+    if (p !== root && spare(p)) continue;
     if (p.state !== 'Z') out.push(p);
     for (const c of byParent.get(p.pid) ?? []) stack.push(c);
   }

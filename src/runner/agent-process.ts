@@ -23,6 +23,8 @@ export interface AgentRunInput {
   signal: AbortSignal;
   onStarted: (agent: ProcessIdentity) => void;
   delegateServer?: { command: string; args: string[]; env: Record<string, string> };
+  /** Runners of nested runs this agent launched: not stopped with the agent's process tree (their runs end them). */
+  spare?: (p: ProcessInfo) => boolean;
 }
 
 export interface AgentRunResult {
@@ -110,7 +112,7 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
   // Every process the agent started, remembered by identity: a grandchild re-parented to init is still ours to stop.
   const tracked = new Map<number, ProcessInfo>();
   const findTree = () => {
-    for (const p of processTree(child.pid!)) tracked.set(p.pid, p);
+    for (const p of processTree(child.pid!, undefined, input.spare)) tracked.set(p.pid, p);
     return [...tracked.values()].filter((p) => isAlive(p));
   };
   let stoppedFor: AgentRunResult['stoppedFor'] = null;

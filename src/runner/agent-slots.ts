@@ -4,7 +4,7 @@ import type { Layout } from '../store/layout.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-/** Drops agent slots whose runner and agent are both gone: a slot comes back only on a proven end. */
+/** Drops agent slots whose holder and agent are both gone: a slot comes back only on a proven end. */
 export function pruneAgentSlots(l: Ledger): void {
   for (const [key, slot] of Object.entries(l.agents)) {
     if (!isAlive(slot.runner) && !isAlive(slot.agent)) delete l.agents[key];
@@ -12,16 +12,25 @@ export function pruneAgentSlots(l: Ledger): void {
 }
 
 /**
- * Waits for a free agent slot (SUBAGENTS_MAX_AGENTS is per state home, nested agents included) and takes it.
- * Returns false if `signal` aborts first.
+ * Takes an agent slot for `key` (`<runId>:<stepKey>`). A slot its nested launch reserved is taken over at once;
+ * otherwise it waits for a free one (SUBAGENTS_MAX_AGENTS is per state home, nested agents included). Returns
+ * false if `signal` aborts first.
  */
-export async function claimAgentSlot(layout: Layout, key: string, runner: ProcessIdentity, maxAgents: number, signal: AbortSignal): Promise<boolean> {
+export async function claimAgentSlot(layout: Layout, key: string, runner: ProcessIdentity, maxAgents: number, signal: AbortSignal, root?: string): Promise<boolean> {
+  const reservedPrefix = `${key.slice(0, key.indexOf(':'))}:reserved:`;
   let delay = 50;
   while (!signal.aborted) {
     const got = await withLedger(layout, (l) => {
+      const slot = { runner, agent: null, at: new Date().toISOString(), ...(root ? { root } : {}) };
+      const reserved = Object.keys(l.agents).find((k) => k.startsWith(reservedPrefix));
+      if (reserved) {
+        delete l.agents[reserved];
+        l.agents[key] = slot;
+        return true;
+      }
       pruneAgentSlots(l);
       if (Object.keys(l.agents).length >= maxAgents) return false;
-      l.agents[key] = { runner, agent: null, at: new Date().toISOString() };
+      l.agents[key] = slot;
       return true;
     });
     if (got) return true;
@@ -37,4 +46,9 @@ export async function setAgentSlotProcess(layout: Layout, key: string, agent: Pr
 
 export async function releaseAgentSlot(layout: Layout, key: string): Promise<void> {
   await withLedger(layout, (l) => { delete l.agents[key]; });
+}
+
+/** Every slot a run still holds or reserved (its runner is ending: nothing of it can start any more). */
+export function releaseRunSlotsLocked(l: Ledger, runId: string): void {
+  for (const key of Object.keys(l.agents)) if (key.startsWith(`${runId}:`)) delete l.agents[key];
 }

@@ -219,6 +219,7 @@ class Executor {
         timeoutMs,
         signal,
         delegateServer: spec.agent.delegate ? delegateServerFor(env) : undefined,
+        spare: (p) => this.isNestedRunner(st.key, p),
         onStarted: (agent) => {
           st.process = agent;
           void this.write();
@@ -265,6 +266,17 @@ class Executor {
     const file = this.paths.budgetFile(createHash('sha256').update(secret).digest('hex'));
     writeFileAtomic(file, JSON.stringify({ stepKey, at: new Date().toISOString() }));
     return { secret, revoke: () => { try { fs.unlinkSync(file); } catch { /* gone */ } } };
+  }
+
+  /** Whether `p` is the runner of a nested run launched from this step (identity from its status or ready report). */
+  private isNestedRunner(stepKey: string, p: ProcessIdentity): boolean {
+    for (const c of this.store.children(this.runId)) {
+      if (c.stepKey !== stepKey) continue;
+      const paths = this.store.paths(c.runId);
+      const ids = [safeStatus(this.store, c.runId)?.runner, (() => { try { return readJsonFile<ProcessIdentity>(paths.ready); } catch { return null; } })()];
+      if (ids.some((id) => id && id.pid === p.pid && id.startTime === p.startTime)) return true;
+    }
+    return false;
   }
 
   /** Nested runs of a step still active when its agent exited are cancelled, and the step waits for them to end. */

@@ -9,6 +9,8 @@ export interface RootReservation {
   at: string;
   server: ProcessIdentity;
   runner: ProcessIdentity | null;
+  /** The launching server's handshake timeout: an unbound reservation is never reclaimed before twice this. */
+  handshakeMs?: number;
 }
 
 /** A run tree's fan-out budget and depth limit, fixed when its root was launched. */
@@ -18,11 +20,17 @@ export interface TreeBudget {
   maxDepth: number;
 }
 
-/** A live agent process's slot (SUBAGENTS_MAX_AGENTS), held by the runner that supervises it. */
+/**
+ * A live agent process's slot (SUBAGENTS_MAX_AGENTS), held by the runner that supervises it. Keyed
+ * `<runId>:<stepKey>`; a nested launch reserves `<runId>:reserved:<i>` slots (held by the launching server until the
+ * handshake binds them to the runner), which the runner's first agents take over.
+ */
 export interface AgentSlot {
   runner: ProcessIdentity;
   agent: ProcessIdentity | null;
   at: string;
+  /** The run tree the slot belongs to: a root keeps its capacity slot while any slot of its tree is live. */
+  root?: string;
 }
 
 /** The one shared ledger of a state home; only ever read and written under its lock. */

@@ -1,0 +1,213 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { tempStateHome, writeAgent } from '../helpers/state-home.js';
+import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
+import { DELEGATE, FAKE, liveRunProcesses, outputOf, readLedger, readRun, report, runIds, until } from './tree-helpers.js';
+
+/** The nesting variables the runner gives an agent (SPEC §4.8), plus the system prompt file of SPEC §3. */
+const NESTING_VARS = ['SUBAGENTS_BUDGET', 'SUBAGENTS_DEPTH', 'SUBAGENTS_HOME', 'SUBAGENTS_PARENT_RUN_ID', 'SUBAGENTS_ROOT_RUN_ID', 'SUBAGENTS_RUN_TOKEN'];
+
+describe('nested delegation through a real MCP client inside an agent', () => {
+  let t: ReturnType<typeof tempStateHome>;
+  const servers: Started[] = [];
+  const start = async (extra: Record<string, string> = {}) => {
+    const s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_KILL_GRACE_MS: '300', ...extra });
+    servers.push(s);
+    return s;
+  };
+  const agents = (holdFile = path.join(t.base, 'never')) => {
+    const dir = path.join(t.home, 'agents');
+    writeAgent(dir, 'delegate', { backend: 'command', command: ['node', DELEGATE, 'delegate'] });
+    writeAgent(dir, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
+    writeAgent(dir, 'env', { backend: 'command', command: ['node', FAKE, 'env'] });
+    writeAgent(dir, 'hold', { backend: 'command', command: ['node', DELEGATE, 'hold', holdFile] });
+    writeAgent(dir, 'stubborn', { backend: 'command', command: ['node', FAKE, 'ignore-term', '30000'] });
+  };
+  afterEach(async () => {
+    for (const s of servers.splice(0)) await s.close();
+    // Nothing of any run may outlive a test (a failed assertion must not leave runners behind either).
+    for (const pid of liveRunProcesses(t.home)) { try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ } }
+    t.cleanup();
+  });
+
+  it('lists nested runs as children, charges them to the tree budget and not to capacity, and passes exactly the nesting variables', async () => {
+    t = tempStateHome();
+    agents();
+    const s = await start({ SUBAGENTS_MAX_ACTIVE_RUNS: '1' });
+    const plan = { launches: [{ agent: 'env', task: 'x' }, { tasks: [{ agent: 'echo', task: 'a' }, { agent: 'echo', task: 'b' }] }], wait: true };
+    const l = await s.call('launch', { agent: 'delegate', task: JSON.stringify(plan) });
+    expect(l.isError, textOf(l)).toBeFalsy();
+    const rootId = sc(l).runId as string;
+    const fin = await waitTerminal(s, rootId);
+    expect(fin.state).toBe('completed');
+    const rep = report(outputOf(t.home, fin.runId));
+
+    // The delegating agent itself: depth 1, in the root's tree, with exactly the nesting variables.
+    expect(rep.env.SUBAGENTS_DEPTH).toBe('1');
+    expect(rep.env.SUBAGENTS_PARENT_RUN_ID).toBe(rootId);
+    expect(rep.env.SUBAGENTS_ROOT_RUN_ID).toBe(rootId);
+    expect(rep.env.SUBAGENTS_BUDGET!.length).toBeGreaterThanOrEqual(22);
+    expect(Object.keys(rep.env).filter((k) => k !== 'SUBAGENTS_SYSTEM_PROMPT_FILE').sort()).toEqual(NESTING_VARS);
+
+    // Both nested launches admitted although the cap of 1 active run is full: they are not charged to capacity.
+    expect(rep.results.map((r) => r.isError)).toEqual([false, false]);
+    for (const r of rep.results) expect(r.structured.capacity.active).toBe(1);
+    expect(Math.max(...rep.results.map((r) => r.structured.fanout.used))).toBe(4);
+    expect(rep.finals.map((f) => f.state)).toEqual(['completed', 'completed']);
+
+    // The nested agent: depth 2, the same root, its own parent, no session id, roots or limits.
+    const childEnv = JSON.parse(outputOf(t.home, rep.finals[0].runId)).env as Record<string, string>;
+    const childIds = rep.results.map((r) => r.structured.runId as string);
+    expect(childEnv.SUBAGENTS_DEPTH).toBe('2');
+    expect(childEnv.SUBAGENTS_ROOT_RUN_ID).toBe(rootId);
+    expect(childEnv.SUBAGENTS_PARENT_RUN_ID).toBe(childIds[0]);
+    expect(childEnv.SUBAGENTS_BUDGET).not.toBe(rep.env.SUBAGENTS_BUDGET);
+    expect(Object.keys(childEnv).filter((k) => k.startsWith('SUBAGENTS_') && k !== 'SUBAGENTS_SYSTEM_PROMPT_FILE').sort()).toEqual(NESTING_VARS);
+    expect(Object.keys(childEnv).some((k) => /SESSION|ROOTS|MAX_/.test(k))).toBe(false);
+
+    // The parent's status lists them under the step that launched them; the top-level server can read them.
+    expect([...fin.steps[0].children].sort()).toEqual([...childIds].sort());
+    for (const id of childIds) {
+      const { record } = readRun(t.home, id);
+      expect(record.depth).toBe(1);
+      expect(record.rootRunId).toBe(rootId);
+      expect(record.parentRunId).toBe(rootId);
+      const st = await s.call('status', { runId: id });
+      expect(st.isError, textOf(st)).toBeFalsy();
+      expect(sc(st).state).toBe('completed');
+    }
+    expect(fin.fanout.used).toBe(4);
+
+    // Every slot and claim comes back once the tree has ended.
+    await until(() => { const l2 = readLedger(t.home); return !Object.keys(l2.roots).length && !Object.keys(l2.trees).length && !Object.keys(l2.agents).length; }, 'an empty ledger');
+  });
+
+  it('refuses DEPTH_EXCEEDED at the tree limit, whatever the nested server environment says', async () => {
+    t = tempStateHome();
+    agents();
+    const s = await start({ SUBAGENTS_MAX_DEPTH: '2' });
+    const inner = { launches: [{ agent: 'echo', task: 'too deep' }], wait: true };
+    const plan = { launches: [{ agent: 'delegate', task: JSON.stringify(inner) }], wait: true };
+    const l = await s.call('launch', { agent: 'delegate', task: JSON.stringify(plan) });
+    const fin = await waitTerminal(s, sc(l).runId);
+    expect(fin.state).toBe('completed');
+    const rep = report(outputOf(t.home, fin.runId));
+    expect(rep.results[0]!.isError).toBe(false);
+    const innerRep = report(outputOf(t.home, rep.finals[0].runId));
+    expect(innerRep.env.SUBAGENTS_DEPTH).toBe('2');
+    expect(innerRep.results[0]!.isError).toBe(true);
+    expect(innerRep.results[0]!.text).toMatch(/^DEPTH_EXCEEDED: .*depth 2.*depth 3/);
+    // Refused before anything was written: the root and the one nested run only.
+    expect(runIds(t.home)).toHaveLength(2);
+  });
+
+  it('cancelling the root ends every descendant run and leaves no process of any of them', async () => {
+    t = tempStateHome();
+    agents();
+    const s = await start();
+    const inner = { launches: [{ agent: 'hold', task: 'grandchild' }, { agent: 'stubborn', task: 'grandchild 2' }], wait: true };
+    const plan = { launches: [{ agent: 'delegate', task: JSON.stringify(inner) }, { agent: 'hold', task: 'child' }], wait: true };
+    const l = await s.call('launch', { agent: 'delegate', task: JSON.stringify(plan) });
+    const rootId = sc(l).runId as string;
+    // Root, nested delegate, hold child, two grandchildren: all with a running agent.
+    await until(() => {
+      const ids = runIds(t.home);
+      return ids.length === 5 && ids.every((id) => { try { return readRun(t.home, id).status.steps[0].state === 'running'; } catch { return false; } });
+    }, 'five runs with running agents');
+    const c = await s.call('cancel', { runId: rootId });
+    expect(c.isError, textOf(c)).toBeFalsy();
+    expect(sc(c).state).toBe('cancelled');
+    await until(() => runIds(t.home).every((id) => ['cancelled', 'failed', 'completed'].includes(readRun(t.home, id).status.state)), 'every run of the tree terminal');
+    for (const id of runIds(t.home)) expect(readRun(t.home, id).status.state, JSON.stringify(readRun(t.home, id).status)).toBe('cancelled');
+    await until(() => liveRunProcesses(t.home).length === 0, 'no process of any run of the tree', 10_000);
+    await until(() => Object.keys(readLedger(t.home).agents).length === 0 && Object.keys(readLedger(t.home).roots).length === 0, 'all slots back');
+  });
+
+  it('cancels nested runs whose launching agent exits (PARENT_ENDED) and holds the root slot until the whole tree ended', async () => {
+    t = tempStateHome();
+    agents();
+    const s = await start({ SUBAGENTS_MAX_ACTIVE_RUNS: '1' });
+    // The child ignores SIGTERM: it outlives its parent agent by the kill grace.
+    const plan = { launches: [{ agent: 'stubborn', task: 'outlive my parent' }], wait: false };
+    const l = await s.call('launch', { agent: 'delegate', task: JSON.stringify(plan) });
+    const rootId = sc(l).runId as string;
+    let violations = 0;
+    let childId: string | undefined;
+    let sampling = true;
+    const observer = (async () => {
+      while (sampling) {
+        childId ??= runIds(t.home).find((id) => id !== rootId);
+        if (childId) {
+          let childActive = false;
+          try { childActive = !['cancelled', 'failed', 'completed'].includes(readRun(t.home, childId).status.state); } catch { /* being written */ }
+          if (childActive && !readLedger(t.home).roots[rootId]) violations++;
+        }
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    })();
+    const fin = await waitTerminal(s, rootId);
+    sampling = false;
+    await observer;
+    expect(fin.state).toBe('completed');
+    expect(childId).toBeDefined();
+    const child = readRun(t.home, childId!).status;
+    expect(child.state).toBe('cancelled');
+    expect(child.error.code).toBe('PARENT_ENDED');
+    expect(Date.parse(child.endedAt)).toBeLessThanOrEqual(Date.parse(fin.endedAt));
+    expect(fin.steps[0].children).toEqual([childId]);
+    expect(violations).toBe(0);
+    await until(() => liveRunProcesses(t.home).length === 0, 'no process left');
+    // The slot is back: a new top-level launch fits the cap of 1.
+    await until(() => Object.keys(readLedger(t.home).roots).length === 0, 'the root slot back');
+    const again = await s.call('launch', { agent: 'echo', task: 'next' });
+    expect(again.isError, textOf(again)).toBeFalsy();
+    await waitTerminal(s, sc(again).runId);
+  });
+
+  it('refuses a nested launch beyond SUBAGENTS_MAX_AGENTS at once, exactly (never queued)', async () => {
+    t = tempStateHome();
+    const release = path.join(t.base, 'release');
+    agents(release);
+    const s = await start({ SUBAGENTS_MAX_AGENTS: '2' });
+    const resultsFile = path.join(t.base, 'results.json');
+    // The delegate holds one slot of two: of three concurrent launches exactly one single fits.
+    const plan = { launches: [{ agent: 'hold', task: 'a' }, { agent: 'hold', task: 'b' }, { tasks: [{ agent: 'hold', task: 'c' }, { agent: 'hold', task: 'd' }] }], wait: true, resultsFile };
+    const l = await s.call('launch', { agent: 'delegate', task: JSON.stringify(plan) });
+    await until(() => fs.existsSync(resultsFile), 'the nested launches answered');
+    const results = JSON.parse(fs.readFileSync(resultsFile, 'utf8')) as Array<{ isError: boolean; text: string }>;
+    fs.writeFileSync(release, '');
+    expect(results.filter((r) => !r.isError)).toHaveLength(1);
+    expect(results[2]!.isError).toBe(true);
+    for (const r of results.filter((x) => x.isError)) expect(r.text).toMatch(/^CAPACITY_EXHAUSTED: \d+ of 2 agent processes .*SUBAGENTS_MAX_AGENTS.*refused rather than queued/);
+    const fin = await waitTerminal(s, sc(l).runId);
+    expect(fin.state).toBe('completed');
+    expect(runIds(t.home)).toHaveLength(2);
+    // A refused batch claimed nothing: root 1 + the admitted single 1.
+    expect(fin.fanout.used).toBe(2);
+  });
+
+  it('an invalid or expired SUBAGENTS_BUDGET makes the server top-level', async () => {
+    t = tempStateHome();
+    agents();
+    const s = await start();
+    const l = await s.call('launch', { agent: 'env', task: 'x' });
+    const fin = await waitTerminal(s, sc(l).runId);
+    const given = JSON.parse(outputOf(t.home, fin.runId)).env as Record<string, string>;
+    const nestingEnv = Object.fromEntries(NESTING_VARS.map((k) => [k, given[k]!]));
+    for (const budget of [given.SUBAGENTS_BUDGET!, 'A'.repeat(43)]) {
+      // Expired (its step ended), then forged: either way the server is top-level.
+      const n = await start({ ...nestingEnv, SUBAGENTS_BUDGET: budget });
+      const r = await n.call('launch', { agent: 'echo', task: 'hi' });
+      expect(r.isError, textOf(r)).toBeFalsy();
+      const id = sc(r).runId as string;
+      expect(sc(r).capacity.active).toBe(1);
+      const { record } = readRun(t.home, id);
+      expect(record.depth).toBe(0);
+      expect(record.parentRunId).toBeNull();
+      expect(record.rootRunId).toBe(id);
+      await waitTerminal(n, id);
+    }
+    expect(fs.readdirSync(path.join(t.home, 'runs', sc(l).runId, 'children'))).toEqual([]);
+  });
+});
