@@ -1,0 +1,109 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { FIXTURE_AGENTS } from '../helpers/paths.js';
+import { sc, startServer } from '../helpers/server.js';
+import { tempStateHome, writeAgent } from '../helpers/state-home.js';
+import { cli } from './helpers.js';
+
+const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
+const SENTINELS = ['SENTINEL-proxy-7f3a', 'SENTINEL-lc-91bd', 'SENTINEL-key-c0de', 'SENTINEL-session-5eed0123'];
+
+describe('doctor', () => {
+  let t: ReturnType<typeof tempStateHome>;
+  let env: Record<string, string>;
+  let project: string;
+
+  beforeAll(() => {
+    t = tempStateHome('sa-doctor-');
+    writeAgent(path.join(t.home, 'agents'), 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
+    // An untrusted project (doctor runs in it, no roots configured) with an agent file the trust rule refuses.
+    project = path.join(t.base, 'project');
+    writeAgent(path.join(project, '.subagents', 'agents'), 'sneaky', { backend: 'command', command: ['sh', '-c', 'true'] });
+    const bin = path.join(t.base, 'bin');
+    fs.mkdirSync(bin);
+    fs.writeFileSync(path.join(bin, 'claude'), '#!/bin/sh\necho "9.9.9 (Fake Claude Code)"\n', { mode: 0o755 });
+    fs.writeFileSync(path.join(bin, 'gemini'), '#!/bin/sh\necho "broken install" >&2\nexit 3\n', { mode: 0o755 });
+    env = {
+      SUBAGENTS_HOME: t.home,
+      SUBAGENTS_BIN_CLAUDE: path.join(bin, 'claude'),
+      SUBAGENTS_BIN_GEMINI: path.join(bin, 'gemini'),
+      SUBAGENTS_MAX_AGENTS: '5',
+      // Sentinels in pass-through, credential and setting variables: their names may be printed, their values never.
+      HTTPS_PROXY: `http://user:${SENTINELS[0]}@proxy.invalid:8080`,
+      LC_SENTINEL: SENTINELS[1]!,
+      ANTHROPIC_API_KEY: SENTINELS[2]!,
+      SUBAGENTS_SESSION_ID: SENTINELS[3]!,
+    };
+  });
+  afterAll(() => t.cleanup());
+
+  it('reports the home, limits with their sources, backends, refused agents and variable names — never values', async () => {
+    const r = await cli(['doctor', '--max-active-runs', '3'], env, { cwd: project });
+    expect(r.code).toBe(0);
+    for (const s of SENTINELS) {
+      expect(r.stdout).not.toContain(s);
+      expect(r.stderr).not.toContain(s);
+    }
+    expect(r.stdout).toContain(t.home);
+    expect(r.stdout).toMatch(/SUBAGENTS_MAX_ACTIVE_RUNS\s+flag\s+3/);
+    expect(r.stdout).toMatch(/SUBAGENTS_MAX_AGENTS\s+env\s+5/);
+    expect(r.stdout).toMatch(/SUBAGENTS_MAX_DEPTH\s+default\s+3/);
+    expect(r.stdout).toMatch(/SUBAGENTS_SESSION_ID\s+env\s+\(set; a fixed session id\)/);
+    expect(r.stdout).toMatch(/ok\s+claude\s+\S+\/bin\/claude\s+\(9\.9\.9 \(Fake Claude Code\)\)/);
+    expect(r.stdout).toMatch(/FAIL\s+gemini\s+.*--version exited with 3/);
+    expect(r.stdout).toMatch(/--\s+codex/);
+    expect(r.stdout).toMatch(/sneaky \(project\) .*sneaky\.md: .*command/);
+    expect(r.stdout).toMatch(/pass-through set here: .*HTTPS_PROXY/);
+    expect(r.stdout).toMatch(/pass-through set here: .*LC_SENTINEL/);
+    expect(r.stdout).toMatch(/claude credentials set: ANTHROPIC_API_KEY/);
+    expect(r.stdout).toContain('no problems found');
+
+    const j = await cli(['doctor', '--json'], env, { cwd: project });
+    expect(j.code).toBe(0);
+    for (const s of SENTINELS) expect(j.stdout).not.toContain(s);
+    const report = JSON.parse(j.stdout);
+    expect(report.backends.find((b: any) => b.backend === 'claude')).toMatchObject({ found: true, usable: true, version: '9.9.9 (Fake Claude Code)' });
+    expect(report.backends.find((b: any) => b.backend === 'gemini')).toMatchObject({ found: true, usable: false });
+    expect(report.agents.refused.some((x: any) => x.name === 'sneaky' && x.source === 'project')).toBe(true);
+    expect(report.passThrough.set).toEqual(expect.arrayContaining(['HTTPS_PROXY', 'LC_SENTINEL']));
+  });
+
+  it('lists a non-terminal run whose runner died (read-only), until a listing reconciles it', async () => {
+    const s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_KILL_GRACE_MS: '300' });
+    const launched = await s.call('launch', { agent: 'sleeper', task: 'zz' });
+    const runId = sc(launched).runId as string;
+    const st = sc(await s.call('status', { runId }));
+    await s.close();
+    process.kill(st.runnerPid as number, 'SIGKILL');
+    const d = await cli(['doctor'], { SUBAGENTS_HOME: t.home });
+    expect(d.code).toBe(0);
+    expect(d.stdout).toMatch(new RegExp(`${runId} \\(running\\): its runner \\(pid ${st.runnerPid}\\) is gone`));
+    // doctor changed nothing; `runs` reconciles (and stops the orphaned agent).
+    expect(JSON.parse(fs.readFileSync(path.join(t.home, 'runs', runId, 'status.json'), 'utf8')).state).toBe('running');
+    const runs = JSON.parse((await cli(['runs', '--json'], { SUBAGENTS_HOME: t.home })).stdout);
+    expect(runs.runs.find((x: any) => x.runId === runId)).toMatchObject({ state: 'failed', error: { code: 'RUNNER_LOST' } });
+    const again = await cli(['doctor'], { SUBAGENTS_HOME: t.home });
+    expect(again.stdout).not.toContain(`${runId} (running)`);
+  });
+
+  it('an unsafe state home is a problem (exit 1) and the other commands refuse it', async () => {
+    const u = tempStateHome('sa-unsafe-');
+    try {
+      fs.chmodSync(u.home, 0o777);
+      const [d, r, bad] = await Promise.all([
+        cli(['doctor'], { SUBAGENTS_HOME: u.home }), cli(['runs'], { SUBAGENTS_HOME: u.home }),
+        cli(['doctor', '--max-depth', 'lots'], { SUBAGENTS_HOME: u.home }),
+      ]);
+      expect(d.code).toBe(1);
+      expect(d.stdout).toMatch(/FAIL\s+\S+/);
+      expect(d.stdout).toContain('group- or world-writable');
+      expect(r.code).toBe(1);
+      expect(r.stderr).toMatch(/unsafe state home: .*world-writable.*doctor/);
+      expect(bad.code).toBe(2);
+      expect(bad.stderr).toContain('SUBAGENTS_MAX_DEPTH must be a whole number');
+    } finally {
+      u.cleanup();
+    }
+  });
+});
