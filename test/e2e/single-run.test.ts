@@ -34,6 +34,32 @@ describe('a single run end to end', () => {
     expect(fin.steps[0].pid).toBeGreaterThan(0);
   });
 
+  it('sends progress notifications during launch (the handshake) and during a status long-poll when given a progress token', async () => {
+    writeAgent(path.join(t.home, 'agents'), 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '1500'] });
+    const launchProgress: Array<{ progress: number; total?: number; message?: string }> = [];
+    const r = await s.call('launch', { agent: 'sleeper', task: 'take a moment' }, { onprogress: (p) => launchProgress.push(p as never) });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    expect(launchProgress.map((p) => p.message)).toEqual(['launch: spawn', 'launch: ready', 'launch: started']);
+    expect(launchProgress.map((p) => p.progress)).toEqual([1, 2, 3]);
+    expect(launchProgress.every((p) => p.total === 3)).toBe(true);
+
+    const runId = sc(r).runId as string;
+    const waitProgress: Array<{ progress: number; message?: string }> = [];
+    const w = await s.call('status', { runId, waitMs: 30_000, until: 'terminal' }, { onprogress: (p) => waitProgress.push(p as never) });
+    const v = sc(w);
+    expect(v.state).toBe('completed');
+    expect(v.changed).toBe(true);
+    expect(typeof v.waitedMs).toBe('number');
+    expect(waitProgress.length).toBeGreaterThanOrEqual(1);
+    expect(waitProgress[0]!.message).toBe(`waiting on ${runId}`);
+    // Progress only ever increases.
+    expect(waitProgress.map((p) => p.progress)).toEqual([...waitProgress.map((p) => p.progress)].sort((a, b) => a - b));
+
+    // A finished run answers a long-poll at once, reporting that nothing changed while waiting.
+    const again = sc(await s.call('status', { runId, waitMs: 30_000 }));
+    expect(again).toMatchObject({ state: 'completed', changed: false, waitedMs: 0 });
+  });
+
   it('answers INVALID_INPUT for malformed arguments and keeps serving', async () => {
     const r = await s.call('launch', { agent: 'echo' });
     expect(r.isError).toBe(true);

@@ -1,0 +1,142 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { tempStateHome, writeAgent } from '../helpers/state-home.js';
+import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
+import { FAKE, runDirs } from './support.js';
+
+/** Every path under `dir` (what a refused call must not add to). */
+function tree(dir: string): string[] {
+  const out: string[] = [];
+  const walk = (d: string) => {
+    for (const n of fs.readdirSync(d)) {
+      const p = path.join(d, n);
+      out.push(p);
+      if (fs.lstatSync(p).isDirectory()) walk(p);
+    }
+  };
+  walk(dir);
+  return out.filter((p) => !p.endsWith('.lock')).sort();
+}
+
+describe('bad input: a clear coded refusal, nothing created on disk, the server still serving', () => {
+  let t: ReturnType<typeof tempStateHome>;
+  let s: Started;
+  let outside: string;
+  beforeAll(async () => {
+    t = tempStateHome();
+    writeAgent(path.join(t.home, 'agents'), 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
+    outside = path.join(t.base, 'outside');
+    fs.mkdirSync(outside);
+    fs.mkdirSync(path.join(t.root, 'sub'));
+    fs.symlinkSync(outside, path.join(t.root, 'escape'));
+    fs.symlinkSync(path.join(t.root, 'sub'), path.join(t.root, 'inside-link'));
+    s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root });
+  });
+  afterAll(async () => {
+    await s.close();
+    t.cleanup();
+  });
+
+  /** Calls a tool that must refuse with `code`; checks the refusal's shape and that nothing was written. */
+  async function refused(tool: string, args: Record<string, unknown>, code: string): Promise<string> {
+    const before = tree(t.base);
+    const r = await s.call(tool, args);
+    const text = textOf(r);
+    expect(r.isError, `${tool} ${JSON.stringify(args).slice(0, 120)} → ${text}`).toBe(true);
+    expect(r.structuredContent).toBeUndefined();
+    expect(text.startsWith(`${code}: `), `${tool} ${JSON.stringify(args).slice(0, 120)} → ${text.slice(0, 200)}`).toBe(true);
+    expect(text).not.toMatch(/\n\s+at /); // no stack trace
+    expect(tree(t.base)).toEqual(before);
+    return text;
+  }
+
+  it('malformed arguments answer INVALID_INPUT', async () => {
+    const cases: Array<[string, Record<string, unknown>]> = [
+      ['launch', {}],
+      ['launch', { agent: 'echo' }],
+      ['launch', { task: 'x' }],
+      ['launch', { agent: 'echo', task: 5 }],
+      ['launch', { agent: 'echo', task: '' }],
+      ['launch', { agent: ['echo'], task: 'x' }],
+      ['launch', { agent: 'echo', task: 'x', bogus: true }],
+      ['launch', { agent: 'echo', task: 'x', tasks: [{ agent: 'echo', task: 'y' }] }],
+      ['launch', { tasks: [] }],
+      ['launch', { tasks: [{ agent: 'echo' }] }],
+      ['launch', { chain: [{ agent: 'echo', task: 'x', parallel: [{ agent: 'echo', task: 'y' }] }] }],
+      ['launch', { agent: 'echo', task: 'x', concurrency: 2 }],
+      ['launch', { agent: 'echo', task: 'x', timeoutMs: -5 }],
+      ['launch', { agent: 'echo', task: 'x', timeoutMs: 1.5 }],
+      ['launch', { agent: 'echo', task: 'x', timeoutMs: 10 ** 12 }],
+      ['launch', { agent: 'echo', task: 'x', label: 'l'.repeat(201) }],
+      ['launch', { agent: 'echo', task: 'x', cwd: 42 }],
+      ['status', { waitMs: 'soon' }],
+      ['status', { waitMs: -1 }],
+      ['status', { outputBytes: 10 ** 9 }],
+      ['status', { until: 'forever' }],
+      ['cancel', {}],
+      ['dismiss', {}],
+      ['append', { runId: 'r-x' }],
+      ['restore', {}],
+      ['agents', { extra: 1 }],
+      ['no-such-tool', {}],
+    ];
+    for (const [tool, args] of cases) await refused(tool, args, 'INVALID_INPUT');
+    expect(runDirs(t.home)).toEqual([]);
+  });
+
+  it('a task over 1 MiB answers INVALID_INPUT (2 MiB of ASCII; 1.2 MB of two-byte characters under the character limit)', async () => {
+    const big = await refused('launch', { agent: 'echo', task: 'x'.repeat(2 * 1024 * 1024) }, 'INVALID_INPUT');
+    expect(big).toMatch(/task/);
+    const wide = await refused('launch', { agent: 'echo', task: 'é'.repeat(600_000) }, 'INVALID_INPUT');
+    expect(wide).toMatch(/1200000 bytes.*1048576/);
+    await refused('launch', { tasks: [{ agent: 'echo', task: 'ok' }, { agent: 'echo', task: 'é'.repeat(600_000) }] }, 'INVALID_INPUT');
+    expect(runDirs(t.home)).toEqual([]);
+  });
+
+  it('an unknown agent answers UNKNOWN_AGENT', async () => {
+    const text = await refused('launch', { agent: 'nope', task: 'x' }, 'UNKNOWN_AGENT');
+    expect(text).toContain('nope');
+    await refused('launch', { tasks: [{ agent: 'echo', task: 'x' }, { agent: 'missing', task: 'y' }] }, 'UNKNOWN_AGENT');
+    await refused('launch', { agent: '../../etc/passwd', task: 'x' }, 'UNKNOWN_AGENT');
+  });
+
+  it('a cwd outside the roots answers CWD_NOT_ALLOWED, including through a symlink inside a root', async () => {
+    for (const cwd of ['..', '../outside', outside, '/', '/tmp', 'escape', 'escape/', 'sub/../../outside', 'does-not-exist']) {
+      const text = await refused('launch', { agent: 'echo', task: 'x', cwd }, 'CWD_NOT_ALLOWED');
+      expect(text).toContain(JSON.stringify(cwd)); // names what was asked
+    }
+    expect(runDirs(t.home)).toEqual([]);
+  });
+
+  it('run ids that are not ids (../../x and friends) answer RUN_NOT_FOUND from every tool that takes one', async () => {
+    const ids = ['../../x', '../runs', 'r-../../x', `r-${'A'.repeat(24)}`, `r-${'A'.repeat(20)}/../x`, '%2e%2e%2fx', '.', 'ledger', 'r-AAAAAAAAAAAAAAAAAAAAAAAA\u0000'];
+    for (const runId of ids) {
+      await refused('status', { runId }, 'RUN_NOT_FOUND');
+      await refused('status', { runId, waitMs: 1000 }, 'RUN_NOT_FOUND');
+      await refused('cancel', { runId }, 'RUN_NOT_FOUND');
+      await refused('dismiss', { runId, cancel: true }, 'RUN_NOT_FOUND');
+      await refused('append', { runId, step: { agent: 'echo', task: 'x' } }, 'RUN_NOT_FOUND');
+    }
+  });
+
+  it('a task starting with -- arrives verbatim on stdin and never on argv; a cwd inside a root (also via an inner symlink) is used', async () => {
+    const task = '--version --help -rf / --task=x';
+    const r = await s.call('launch', { agent: 'echo', task, cwd: 'inside-link' });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    const fin = await waitTerminal(s, sc(r).runId);
+    expect(fin.state).toBe('completed');
+    expect(fin.output.text).toBe(task);
+    expect(fin.cwd).toBe(fs.realpathSync(path.join(t.root, 'sub')));
+    const err = fs.readFileSync(path.join(t.home, 'runs', fin.runId, 'out', '0.err'), 'utf8');
+    expect(err).toContain('ARGV:["echo"]');
+    expect(err).not.toContain('--version');
+  });
+
+  it('keeps serving after all of it', async () => {
+    expect((await s.call('agents')).isError).toBeFalsy();
+    const list = await s.call('status', {});
+    expect(list.isError).toBeFalsy();
+    expect(sc(list).runs.length).toBe(1); // only the one accepted launch
+  });
+});
