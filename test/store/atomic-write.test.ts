@@ -1,0 +1,129 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { createFileExclusive, ensurePrivateDir, writeFileAtomic } from '../../src/store/atomic-write.js';
+import { overrideFsPort } from '../../src/store/fs-port.js';
+
+const errno = (code: string) => Object.assign(new Error(`${code}: injected`), { code });
+
+describe('writeFileAtomic', () => {
+  let dir: string;
+  let restore: (() => void) | undefined;
+  beforeEach(() => { dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sa-aw-')); });
+  afterEach(() => {
+    restore?.();
+    restore = undefined;
+    fs.rmSync(dir, { recursive: true, force: true });
+  });
+  const leftovers = () => fs.readdirSync(dir).filter((n) => n.endsWith('.tmp'));
+
+  it('replaces the file whole, 0600, leaving no temp file', () => {
+    const f = path.join(dir, 'status.json');
+    writeFileAtomic(f, '{"a":1}');
+    writeFileAtomic(f, '{"a":2}', { durable: false });
+    expect(fs.readFileSync(f, 'utf8')).toBe('{"a":2}');
+    expect(fs.statSync(f).mode & 0o777).toBe(0o600);
+    expect(leftovers()).toEqual([]);
+  });
+
+  it.each(['openSync', 'writeSync', 'fsyncSync', 'renameSync'] as const)('a failing %s leaves the old content and no temp file', (call) => {
+    const f = path.join(dir, 'status.json');
+    writeFileAtomic(f, 'old');
+    restore = overrideFsPort({ [call]: () => { throw errno('ENOSPC'); } });
+    expect(() => writeFileAtomic(f, 'new')).toThrow(/ENOSPC/);
+    restore();
+    restore = undefined;
+    expect(fs.readFileSync(f, 'utf8')).toBe('old');
+    expect(leftovers()).toEqual([]);
+  });
+
+  it('a short write is continued, not truncated', () => {
+    const f = path.join(dir, 'big.json');
+    const data = 'x'.repeat(100_000);
+    restore = overrideFsPort({ writeSync: (fd, chunk) => fs.writeSync(fd, chunk.subarray(0, Math.min(chunk.length, 777))) });
+    writeFileAtomic(f, data);
+    expect(fs.readFileSync(f, 'utf8')).toBe(data);
+  });
+
+  it('never writes through a symlink at the destination: the link is replaced, its target untouched', () => {
+    const target = path.join(dir, 'victim.txt');
+    fs.writeFileSync(target, 'precious');
+    const f = path.join(dir, 'status.json');
+    fs.symlinkSync(target, f);
+    writeFileAtomic(f, 'state');
+    expect(fs.readFileSync(target, 'utf8')).toBe('precious');
+    expect(fs.lstatSync(f).isSymbolicLink()).toBe(false);
+    expect(fs.readFileSync(f, 'utf8')).toBe('state');
+  });
+
+  it('opens its temp file O_EXCL|O_NOFOLLOW (a planted temp name is never followed)', () => {
+    const flags: number[] = [];
+    restore = overrideFsPort({ openSync: ((p: fs.PathLike, fl: number, mode?: number) => { flags.push(fl); return fs.openSync(p, fl, mode); }) as typeof fs.openSync });
+    writeFileAtomic(path.join(dir, 'x.json'), '1');
+    expect(flags).toHaveLength(1);
+    expect(flags[0]! & fs.constants.O_EXCL).toBeTruthy();
+    expect(flags[0]! & fs.constants.O_NOFOLLOW).toBeTruthy();
+    expect(flags[0]! & fs.constants.O_CREAT).toBeTruthy();
+  });
+});
+
+describe('createFileExclusive', () => {
+  let dir: string;
+  beforeEach(() => { dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sa-cx-')); });
+  afterEach(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+  it('the first writer wins, the second gets false, and the content is the first one', () => {
+    const f = path.join(dir, 'proceed');
+    expect(createFileExclusive(f, 'first')).toBe(true);
+    expect(createFileExclusive(f, 'second')).toBe(false);
+    expect(fs.readFileSync(f, 'utf8')).toBe('first');
+    expect(fs.statSync(f).mode & 0o777).toBe(0o600);
+    expect(fs.readdirSync(dir)).toEqual(['proceed']);
+  });
+
+  it('a symlink in its place counts as taken and is not written through', () => {
+    const target = path.join(dir, 'victim');
+    fs.writeFileSync(target, 'precious');
+    const f = path.join(dir, 'proceed');
+    fs.symlinkSync(target, f);
+    expect(createFileExclusive(f, 'x')).toBe(false);
+    expect(fs.readFileSync(target, 'utf8')).toBe('precious');
+    expect(fs.readdirSync(dir).sort()).toEqual(['proceed', 'victim']);
+  });
+
+  it('a failure leaves no temp file', () => {
+    const restore = overrideFsPort({ fsyncSync: () => { throw errno('EIO'); } });
+    try {
+      expect(() => createFileExclusive(path.join(dir, 'p'), 'x')).toThrow(/EIO/);
+    } finally {
+      restore();
+    }
+    expect(fs.readdirSync(dir)).toEqual([]);
+  });
+});
+
+describe('ensurePrivateDir', () => {
+  let dir: string;
+  beforeEach(() => { dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sa-pd-')); });
+  afterEach(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+  it('creates 0700 and accepts an existing directory', () => {
+    const d = path.join(dir, 'runs');
+    const old = process.umask(0o022);
+    try {
+      ensurePrivateDir(d);
+      ensurePrivateDir(d);
+    } finally {
+      process.umask(old);
+    }
+    expect(fs.statSync(d).mode & 0o777).toBe(0o700);
+  });
+
+  it('refuses a symlink in its place', () => {
+    const real = path.join(dir, 'real');
+    fs.mkdirSync(real);
+    fs.symlinkSync(real, path.join(dir, 'runs'));
+    expect(() => ensurePrivateDir(path.join(dir, 'runs'))).toThrow(/not a directory/);
+  });
+});

@@ -1,0 +1,148 @@
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { isSubagentError } from '../../src/errors.js';
+import { newRunId } from '../../src/ids.js';
+import { appendEvent, readEvents } from '../../src/store/event-log.js';
+import { readJsonFile, readTextNoFollow } from '../../src/store/json-file.js';
+import { Layout } from '../../src/store/layout.js';
+import { withLock } from '../../src/store/lock.js';
+import { RunStore } from '../../src/store/run-store.js';
+import type { RunRecord, RunStatus } from '../../src/store/run-types.js';
+import { checkStateHome, openStateHome } from '../../src/store/state-home.js';
+
+let dir: string;
+beforeEach(() => { dir = fs.realpathSync(fs.mkdtempSync(path.join(os.tmpdir(), 'sa-store-'))); });
+afterEach(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+describe('json files', () => {
+  it('a missing file is null; a garbled one is STATE_CORRUPT naming the file, never quoting it', () => {
+    const f = path.join(dir, 'status.json');
+    expect(readJsonFile(f)).toBeNull();
+    fs.writeFileSync(f, '{"state":"run');
+    let err: unknown;
+    try { readJsonFile(f, 'status.json of r-x'); } catch (e) { err = e; }
+    expect(isSubagentError(err, 'STATE_CORRUPT')).toBe(true);
+    expect((err as Error).message).toContain('status.json of r-x');
+    expect((err as Error).message).toContain('13 bytes');
+    expect((err as Error).message).not.toContain('"state"');
+  });
+
+  it('a symlink is never read through (STATE_CORRUPT), and the target stays unread', () => {
+    const secret = path.join(dir, 'elsewhere.json');
+    fs.writeFileSync(secret, '{"secret":true}');
+    const f = path.join(dir, 'run.json');
+    fs.symlinkSync(secret, f);
+    expect(() => readTextNoFollow(f)).toThrow(/symlink/);
+    let err: unknown;
+    try { readJsonFile(f); } catch (e) { err = e; }
+    expect(isSubagentError(err, 'STATE_CORRUPT')).toBe(true);
+  });
+});
+
+describe('event log', () => {
+  it('appends JSON lines (0600) and readers skip torn, garbled and non-object lines, counting them', () => {
+    const f = path.join(dir, 'events.jsonl');
+    appendEvent(f, { type: 'created' });
+    fs.appendFileSync(f, '{"type":"torn","x":\n');
+    fs.appendFileSync(f, 'garbage\n[1,2]\n42\n\n');
+    appendEvent(f, { type: 'ended', state: 'completed' });
+    fs.appendFileSync(f, '{"type":"half');
+    const { events, skipped } = readEvents(f);
+    expect(events.map((e) => e.type)).toEqual(['created', 'ended']);
+    expect(events[1]).toMatchObject({ state: 'completed' });
+    expect(typeof events[0]!.ts).toBe('string');
+    expect(skipped).toBe(5);
+    expect(fs.statSync(f).mode & 0o777).toBe(0o600);
+  });
+
+  it('an absent log reads as empty; appending through a symlink is refused', () => {
+    expect(readEvents(path.join(dir, 'none.jsonl'))).toEqual({ events: [], skipped: 0 });
+    const target = path.join(dir, 'victim');
+    fs.writeFileSync(target, '');
+    fs.symlinkSync(target, path.join(dir, 'events.jsonl'));
+    expect(() => appendEvent(path.join(dir, 'events.jsonl'), { type: 'x' })).toThrow();
+    expect(fs.readFileSync(target, 'utf8')).toBe('');
+  });
+});
+
+describe('run store: status compare-and-set', () => {
+  function makeRun(store: RunStore): string {
+    const runId = newRunId();
+    const record = { v: 1, runId, steps: [], mode: 'single' } as unknown as RunRecord;
+    const status: RunStatus = {
+      v: 1, runId, state: 'running', error: null, startedAt: null, endedAt: null, updatedAt: new Date().toISOString(),
+      runner: null, steps: [], appendsTaken: 0, survivors: [],
+    };
+    store.create(record, status);
+    return runId;
+  }
+
+  it('the first terminal state wins; later writers get the stored one back and the file never changes again', async () => {
+    openStateHome(path.join(dir, 'home'));
+    const store = new RunStore(new Layout(path.join(dir, 'home')));
+    const runId = makeRun(store);
+    const done = await store.update(runId, (s) => ({ ...s, state: 'completed', endedAt: 'then' }));
+    expect(done.state).toBe('completed');
+    const before = fs.readFileSync(store.paths(runId).status, 'utf8');
+    let called = false;
+    const again = await store.update(runId, (s) => { called = true; return { ...s, state: 'failed' }; });
+    expect(called).toBe(false);
+    expect(again.state).toBe('completed');
+    expect(fs.readFileSync(store.paths(runId).status, 'utf8')).toBe(before);
+  });
+
+  it('a damaged status.json is STATE_CORRUPT for that run only', async () => {
+    openStateHome(path.join(dir, 'home'));
+    const store = new RunStore(new Layout(path.join(dir, 'home')));
+    const bad = makeRun(store);
+    const good = makeRun(store);
+    fs.writeFileSync(store.paths(bad).status, '{"v":1,"sta');
+    expect(() => store.readStatus(bad)).toThrow(/does not parse/);
+    await expect(store.update(bad, (s) => s)).rejects.toMatchObject({ code: 'STATE_CORRUPT' });
+    expect(store.readStatus(good)!.state).toBe('running');
+  });
+
+  it('run ids that are not ids never become paths', () => {
+    const layout = new Layout(path.join(dir, 'home'));
+    for (const id of ['../../x', 'r-../../etc', '', `r-${'A'.repeat(23)}/`]) expect(() => layout.runDir(id), id).toThrow(/invalid run id/);
+    expect(new RunStore(layout).exists('../../x')).toBe(false);
+  });
+});
+
+describe('state home', () => {
+  it('is created 0700 with its private subdirectories', () => {
+    const home = path.join(dir, 'a', 'b', 'home');
+    openStateHome(home);
+    expect(fs.statSync(home).mode & 0o777).toBe(0o700);
+    for (const sub of ['runs', 'agents', 'locks']) expect(fs.statSync(path.join(home, sub)).mode & 0o777, sub).toBe(0o700);
+  });
+
+  it('refuses a symlink, a file, and a group- or world-writable directory, with the fix in the message', () => {
+    const real = path.join(dir, 'real');
+    fs.mkdirSync(real, { mode: 0o700 });
+    fs.symlinkSync(real, path.join(dir, 'link'));
+    expect(() => openStateHome(path.join(dir, 'link'))).toThrow(/is a symlink/);
+    fs.writeFileSync(path.join(dir, 'file'), '');
+    expect(checkStateHome(path.join(dir, 'file')).problems.join()).toMatch(/not a directory/);
+    const loose = path.join(dir, 'loose');
+    fs.mkdirSync(loose);
+    fs.chmodSync(loose, 0o775);
+    expect(() => openStateHome(loose)).toThrow(`group- or world-writable (mode 775); run: chmod 700 ${loose}`);
+    expect(fs.readdirSync(loose)).toEqual([]);
+  });
+});
+
+describe('lock', () => {
+  it('excludes a second holder, who gets BUSY after waiting its bound', async () => {
+    const target = path.join(dir, 'ledger.json');
+    let inner: unknown;
+    await withLock(target, async () => {
+      inner = await withLock(target, () => 'got it', { waitMs: 150, what: 'capacity ledger' }).catch((e: unknown) => e);
+    });
+    expect(isSubagentError(inner, 'BUSY')).toBe(true);
+    expect((inner as Error).message).toMatch(/capacity ledger lock stayed held for 150 ms/);
+    expect(await withLock(target, () => 'free again')).toBe('free again');
+  });
+});
