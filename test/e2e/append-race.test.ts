@@ -1,0 +1,80 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { sleep } from '../helpers/runs.js';
+import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
+import { tempStateHome, writeAgent } from '../helpers/state-home.js';
+
+const ITERATIONS = 100;
+const WORKERS = 4;
+const CAT = fs.existsSync('/bin/cat') ? '/bin/cat' : '/usr/bin/cat';
+
+/**
+ * SPEC §4.3: an append races the chain's end. Both are decided under the run's lock, so every append is either
+ * refused RUN_NOT_ACTIVE or accepted and then run to completion — never accepted and lost. Each worker aims its
+ * appends at the moment the chain's last step finishes with a staircase: an acceptance delays its next append a
+ * more, a refusal less, so the appends keep landing on the boundary.
+ */
+describe('append racing the end of a chain', () => {
+  let t: ReturnType<typeof tempStateHome>;
+  let s: Started;
+  beforeAll(async () => {
+    t = tempStateHome('sa-race-');
+    writeAgent(path.join(t.home, 'agents'), 'cat', { backend: 'command', command: [CAT] });
+    s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_KILL_GRACE_MS: '300' });
+  });
+  afterAll(async () => {
+    await s?.close();
+    t?.cleanup();
+  });
+
+  it(`every append is refused RUN_NOT_ACTIVE or accepted and run (${ITERATIONS} races)`, async () => {
+    let accepted = 0;
+    let refused = 0;
+    let busy = 0;
+    const lost: string[] = [];
+    const launchRetryingBusy = async (i: number): Promise<string> => {
+      for (;;) {
+        const l = await s.call('launch', { chain: [{ agent: 'cat', task: `base-${i}` }] });
+        if (l.isError && textOf(l).startsWith('BUSY: ')) continue;
+        expect(l.isError, textOf(l)).toBeFalsy();
+        return sc(l).runId as string;
+      }
+    };
+    const worker = async (w: number) => {
+      let delay = 30;
+      for (let i = w; i < ITERATIONS; i += WORKERS) {
+        const runId = await launchRetryingBusy(i);
+        if (delay > 0) await sleep(delay);
+        const a = await s.call('append', { runId, step: { agent: 'cat', task: `appended-${i}` } });
+        const fin = await waitTerminal(s, runId);
+        expect(fin.state, runId).toBe('completed');
+        if (a.isError) {
+          // BUSY (a lock stayed held past its 5 s bound on this loaded machine) is a refusal too: nothing was recorded.
+          expect(textOf(a)).toMatch(/^(RUN_NOT_ACTIVE|BUSY): /);
+          expect(fin.steps).toHaveLength(1);
+          expect(fin.output.text).toBe(`base-${i}`);
+          if (textOf(a).startsWith('BUSY')) { busy++; continue; }
+          refused++;
+          delay = Math.floor(delay * 0.6);
+        } else {
+          accepted++;
+          expect(sc(a).stepIndex).toBe(1);
+          const st = fin.steps[1];
+          if (!st || st.state !== 'completed' || st.output.text !== `appended-${i}` || fin.output.text !== `appended-${i}`) {
+            lost.push(`${runId}: ${JSON.stringify(fin.steps)}`);
+          }
+          expect(fin.pendingAppends).toBe(0);
+          delay = Math.ceil(delay * 1.5) + 5;
+        }
+      }
+    };
+    await Promise.all(Array.from({ length: WORKERS }, (_, w) => worker(w)));
+    expect(lost).toEqual([]);
+    expect(accepted + refused + busy).toBe(ITERATIONS);
+    // The staircase keeps both outcomes coming; a run of only one kind would not have tested the race.
+    expect(accepted).toBeGreaterThan(0);
+    expect(refused).toBeGreaterThan(0);
+    process.stderr.write(`append race: ${accepted} accepted and run, ${refused} refused RUN_NOT_ACTIVE, ${busy} BUSY\n`);
+  }, 240_000);
+});
