@@ -15,7 +15,8 @@ export class Progress {
   /** The transient status line (terminal only). */
   update(line: string): void {
     if (!this.tty) return;
-    const width = Math.max(20, (this.stream.columns ?? 100) - 1);
+    const cols = this.stream.columns;
+    const width = cols && cols > 20 ? cols - 1 : 100; // a pseudo-terminal may report 0 columns
     const text = line.length > width ? `${line.slice(0, width - 1)}…` : line;
     this.shown = text;
     if (this.atLineStart) this.stream.write(`\r\u001b[2K${text}`);
