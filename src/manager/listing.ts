@@ -37,7 +37,8 @@ export function readMeta(ctx: ManagerContext, runId: string): RunMeta | null {
   let meta: RunMeta | null = null;
   try {
     const rec = ctx.store.readRecord(runId);
-    meta = rec ? metaOf(rec) : null;
+    // A record must name its own directory: a copied or planted run.json never speaks for another run.
+    meta = rec && rec.runId === runId ? metaOf(rec) : null;
   } catch {
     meta = null;
   }

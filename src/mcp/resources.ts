@@ -100,10 +100,13 @@ function incompleteTail(buf: Buffer): number {
  * pages never carry a broken character and their concatenation is the file. `next` is the offset to continue at.
  */
 function readPage(file: string, offset: number, length: number, lines: boolean): { text: string; start: number; next: number; size: number } {
-  let { buf, size } = readBytes(file, offset, length + 3);
+  const read = readBytes(file, offset, length + 3);
+  const { size } = read;
+  let buf = read.buf;
   let start = offset;
   // A caller-chosen offset inside a character moves to the next character.
-  while (start > 0 && start < size && buf.length > 0 && isContinuation(buf[0]!) && start - offset < 3) { buf = buf.subarray(1); start++; }
+  while (start > 0 && buf.length > 0 && isContinuation(buf[0]!) && start - offset < 3) { buf = buf.subarray(1); start++; }
+  const whole = buf;
   buf = buf.subarray(0, length);
   if (start + buf.length < size) {
     let cut = buf.length;
@@ -112,7 +115,13 @@ function readPage(file: string, offset: number, length: number, lines: boolean):
       if (nl >= 0) cut = nl + 1;
     }
     if (cut === buf.length) cut -= incompleteTail(buf);
-    if (cut > 0) buf = buf.subarray(0, cut); // a page always advances, even if a single character is wider than it
+    // A page narrower than one character still carries that whole character, so paging always advances.
+    if (cut === 0 && whole.length > 0) {
+      const b = whole[0]!;
+      cut = Math.min(whole.length, b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1);
+      buf = whole;
+    }
+    buf = buf.subarray(0, cut);
   }
   return { text: buf.toString('utf8'), start, next: start + buf.length, size };
 }

@@ -27,7 +27,7 @@ export function world(o: { gates?: string[]; env?: Record<string, string> } = {}
   const t = tempStateHome('sa-sess-');
   const agents = path.join(t.home, 'agents');
   writeAgent(agents, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
-  writeAgent(agents, 'flood', { backend: 'command', command: ['node', FAKE, 'flood', '5500000'] });
+  writeAgent(agents, 'flood', { backend: 'command', command: ['node', FAKE, 'flood', '4500000'] });
   const gates: Record<string, string> = {};
   for (const g of o.gates ?? ['gate']) {
     gates[g] = path.join(t.base, `gate-${g}`);
