@@ -1,3 +1,4 @@
+import { SubagentError } from '../errors.js';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { withLedger, type Ledger } from '../store/ledger.js';
 import type { Layout } from '../store/layout.js';
@@ -32,6 +33,10 @@ export async function claimAgentSlot(layout: Layout, key: string, runner: Proces
       if (Object.keys(l.agents).length >= maxAgents) return false;
       l.agents[key] = slot;
       return true;
+    }).catch((e: unknown) => {
+      // A ledger lock busy past its bound (a loaded machine) is not a reason to fail the step: wait and try again.
+      if (e instanceof SubagentError && e.code === 'BUSY') return false;
+      throw e;
     });
     if (got) return true;
     await sleep(delay);

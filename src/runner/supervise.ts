@@ -14,12 +14,27 @@ import {
   isTerminalRun, isTerminalStep, type AgentTaskSpec, type RunRecord, type RunState, type RunStatus, type StepError,
   type StepSpec, type StepStatus,
 } from '../store/run-types.js';
-import type { RunErrorCode } from '../errors.js';
+import { SubagentError, type RunErrorCode } from '../errors.js';
 import { readTail, runAgentProcess } from './agent-process.js';
 import { claimAgentSlot, releaseAgentSlot, releaseRunSlotsLocked, setAgentSlotProcess } from './agent-slots.js';
 import { newStepStatus } from './step-status.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * The runner has no caller waiting on it, and giving up a status write or the chain's commit would lose the run:
+ * a lock that stays busy past its 5 s bound (a loaded machine) is waited for again, up to about a minute.
+ */
+async function persistently<T>(fn: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fn();
+    } catch (e) {
+      if (!(e instanceof SubagentError && e.code === 'BUSY') || attempt >= 12) throw e;
+    }
+  }
+}
+
 type StopReason = 'CANCELLED' | 'TIMEOUT' | 'PARENT_ENDED';
 
 interface StepOutcome {
@@ -76,16 +91,26 @@ class Executor {
           // Leftovers first (so a run is never terminal with a process alive), then decide under the lock: either an
           // append arrived (it runs) or the chain's end is committed (later appends are refused).
           await this.sweepLeftovers();
-          const ended = await this.store.withRunLock(this.runId, () => {
+          const ended = await persistently(() => this.store.withRunLock(this.runId, () => {
             this.takeAppendsLocked();
             if (i < this.specs.length) return false;
             this.commitLocked('completed', null, lastText);
             return true;
-          });
+          }));
           if (ended) break;
           continue;
         }
-        const outcome = await this.runStep(i, previous);
+        let outcome: StepOutcome;
+        try {
+          outcome = await this.runStep(i, previous);
+        } catch (e) {
+          // Not an agent's failure but ours (a state file could not be written): stop what runs and end the run.
+          const code = (e as NodeJS.ErrnoException).code ?? (e instanceof SubagentError ? e.code : 'internal error');
+          process.stderr.write(`runner: step ${i} could not be run: ${code}\n`);
+          this.abort.abort();
+          failure = { code: 'STEP_FAILED', message: `the runner could not run step ${i} (${code})` };
+          break;
+        }
         if (outcome.ran) lastText = outcome.text;
         if (!outcome.ok) {
           failure = outcome.error;
@@ -103,10 +128,10 @@ class Executor {
           : reason === 'CANCELLED' ? { code: 'CANCELLED', message: 'the run was cancelled' }
           : reason === 'PARENT_ENDED' ? { code: 'PARENT_ENDED', message: 'the agent that launched this run ended' }
           : failure ?? { code: 'STEP_FAILED', message: 'a step failed' };
-        await this.store.withRunLock(this.runId, () => {
+        await persistently(() => this.store.withRunLock(this.runId, () => {
           this.takeAppendsLocked();
           this.commitLocked(state, error, lastText);
-        });
+        }));
       }
     } finally {
       if (runTimer) clearTimeout(runTimer);
@@ -222,7 +247,7 @@ class Executor {
         spare: (p) => this.isNestedRunner(st.key, p),
         onStarted: (agent) => {
           st.process = agent;
-          void this.write();
+          void this.write().catch(() => {}); // the step's next write carries it
           void setAgentSlotProcess(this.layout, slotKey, agent).catch(() => {});
         },
       });
@@ -363,7 +388,7 @@ class Executor {
   }
 
   private async write(): Promise<void> {
-    const stored = await this.store.update(this.runId, () => this.status);
+    const stored = await persistently(() => this.store.update(this.runId, () => this.status));
     if (isTerminalRun(stored.state) && stored !== this.status) {
       // Someone ended the run while we live (it cannot normally happen: others write only when we are gone).
       this.stop('CANCELLED');
