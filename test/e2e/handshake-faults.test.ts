@@ -3,7 +3,7 @@ import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 import { sc, startServer, textOf, type Started } from '../helpers/server.js';
-import { FAKE, ledger, pidsMentioning, readJson, runDirs } from './support.js';
+import { FAKE, ledger, pidsMentioning, readJson, runDirs, until } from './support.js';
 
 /**
  * SPEC §6: any failure before proceed records the run failed/HANDSHAKE_FAILED with the phase, starts no agent,
@@ -76,5 +76,30 @@ describe('the runner dies or hangs during the ready/proceed handshake', () => {
     expect(byId.isError).toBeFalsy();
     expect(sc(byId).state).toBe('failed');
     expect((await s.call('agents')).isError).toBeFalsy();
+  });
+
+  it('the client cancels the launch during the handshake: recorded HANDSHAKE_FAILED, runner gone, slot back', async () => {
+    t = tempStateHome();
+    writeAgent(path.join(t.home, 'agents'), 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
+    s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_TEST_FAULT: 'hang-before-ready', SUBAGENTS_HANDSHAKE_TIMEOUT_MS: '30000' });
+    const ac = new AbortController();
+    const launch = s.call('launch', { agent: 'echo', task: 'never starts' }, {
+      signal: ac.signal,
+      onprogress: (p) => { if ((p as { message?: string }).message === 'launch: spawn') ac.abort(); },
+    }).then(() => 'answered', (e: Error) => e.message);
+    expect(await launch).toMatch(/abort|cancel/i);
+    // The server records the abandonment on its own after the cancel notification: wait for it through the listing.
+    let run: Record<string, any> | undefined;
+    for (let i = 0; i < 100 && run?.state !== 'failed'; i++) {
+      run = sc(await s.call('status', {})).runs[0];
+      if (run?.state !== 'failed') await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(run).toMatchObject({ state: 'failed', error: { code: 'HANDSHAKE_FAILED' } });
+    expect(run!.error.message).toMatch(/spawn phase: the launch was cancelled/);
+    // The failure is recorded first (so the runner can no longer claim the start), then the runner is stopped and
+    // the reservation returned: both follow within a bound.
+    const runDir = path.join(t.home, 'runs', run!.runId);
+    expect(await until(() => pidsMentioning(runDir).length === 0, 5000)).toBe(true);
+    expect(await until(() => Object.keys(ledger(t.home).roots).length === 0 && Object.keys(ledger(t.home).trees).length === 0, 5000)).toBe(true);
   });
 });

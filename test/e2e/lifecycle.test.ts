@@ -1,6 +1,8 @@
+import { execFileSync, spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { MAIN_JS } from '../helpers/paths.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 import { sc, startServer, waitTerminal, type Started } from '../helpers/server.js';
 import { exitWithin, FAKE, identityOf, ledger, pidsMentioning, readJson, runDirs, serverProcess, stillRunning, TREE, until } from './support.js';
@@ -131,6 +133,46 @@ describe('processes dying around a run', () => {
       expect(stillRunning(runner), sig).toBe(false);
       expect(stillRunning(agent), sig).toBe(false);
     }));
+  });
+
+  it('EPIPE on stdout, and a changed parent (its client died, stdin still open): the server exits within 2 s', async () => {
+    setup();
+    const env = { PATH: process.env.PATH ?? '', HOME: t.base, SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root };
+    const init = JSON.stringify({ jsonrpc: '2.0', id: 1, method: 'initialize', params: { protocolVersion: '2025-11-25', capabilities: {}, clientInfo: { name: 't', version: '1' } } }) + '\n';
+
+    // EPIPE: the client stops reading; the server's next write fails.
+    const a = spawn(process.execPath, [MAIN_JS, 'serve'], { env, stdio: ['pipe', 'pipe', 'pipe'] });
+    let errA = '';
+    a.stderr!.on('data', (b: Buffer) => { errA += String(b); });
+    a.stdin!.write(init);
+    await new Promise((r) => a.stdout!.once('data', r));
+    a.stdout!.destroy();
+    a.stdin!.write(JSON.stringify({ jsonrpc: '2.0', id: 2, method: 'tools/list' }) + '\n');
+    const exitedA = await exitWithin(a, EXIT_BOUND_MS);
+    if (!exitedA) a.kill('SIGKILL');
+    expect(exitedA, 'the server kept running after EPIPE').not.toBeNull();
+    expect(errA).toContain('stdout EPIPE');
+
+    // A changed parent: an intermediate process starts the server with our pipes, prints its pid and is killed.
+    const launcher = `const c = require('child_process').spawn(process.execPath, [${JSON.stringify(MAIN_JS)}, 'serve'], { stdio: 'inherit' }); process.stderr.write('PID ' + c.pid + '\\n'); setInterval(() => {}, 1000);`;
+    // stdin is a FIFO this test holds open (a pipe of a ChildProcess would be closed by Node when the launcher dies).
+    const fifo = path.join(t.base, 'stdin.fifo');
+    execFileSync('mkfifo', ['-m', '600', fifo]);
+    const fifoFd = fs.openSync(fifo, 'r+');
+    const b = spawn(process.execPath, ['-e', launcher], { env, stdio: [fifoFd, 'pipe', 'pipe'] });
+    let errB = '';
+    b.stderr!.on('data', (x: Buffer) => { errB += String(x); });
+    expect(await until(() => /PID \d+/.test(errB))).toBe(true);
+    const server = identityOf(Number(/PID (\d+)/.exec(errB)![1]))!;
+    fs.writeSync(fifoFd, init);
+    await new Promise((r) => b.stdout!.once('data', r)); // the server is up and answering
+    b.kill('SIGKILL');
+    try {
+      expect(await until(() => !stillRunning(server), EXIT_BOUND_MS, 25), 'the server outlived its parent').toBe(true);
+      expect(errB).toContain('parent process changed');
+    } finally {
+      fs.closeSync(fifoFd);
+    }
   });
 
   it('stdin EOF during a launch\'s handshake: the launch is abandoned (HANDSHAKE_FAILED, runner gone, slot back) and the server still exits within 2 s', async () => {
