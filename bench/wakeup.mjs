@@ -1,0 +1,70 @@
+// Wake-up: from the runner's terminal write of status.json to the client receiving the status(waitMs) answer.
+// The write time is the latest of the status's own `updatedAt` (set just before the write), the file's mtime and its
+// ctime (set by the rename that publishes it); all are lower bounds, so the figure is an upper bound. Floor: a plain
+// child process renames a file carrying its own sub-ms wall-clock stamp while this process waits on fs.watch.
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { SAMPLES, cleanEnv, reapHome, report, runBench, serverEnv, sleep, startServer, tempHome, wallNow, writeAgent } from './lib.mjs';
+
+async function watchFloor(dir, n) {
+  const writer = spawn(process.execPath, ['-e', `
+    const fs = require('fs'); const path = require('path'); const dir = process.argv[1];
+    process.stdin.on('data', (d) => { for (const c of d.toString()) if (c === '\\n') {
+      const f = path.join(dir, 'status.json'); const t = f + '.tmp';
+      fs.writeFileSync(t, String(performance.timeOrigin + performance.now())); fs.renameSync(t, f);
+    } });`, dir], { stdio: ['pipe', 'ignore', 'inherit'], env: cleanEnv() });
+  const xs = [];
+  const file = path.join(dir, 'status.json');
+  for (let i = 0; i < n + 3; i++) {
+    try { fs.unlinkSync(file); } catch { /* first */ }
+    const seen = new Promise((resolve) => {
+      const w = fs.watch(dir, () => {
+        let stamp;
+        try { stamp = Number(fs.readFileSync(file, 'utf8')); } catch { return; }
+        if (!stamp) return;
+        const at = wallNow();
+        w.close();
+        resolve(at - stamp);
+      });
+    });
+    writer.stdin.write('\n');
+    const d = await seen;
+    if (i >= 3) xs.push(d);
+    await sleep(20);
+  }
+  writer.kill();
+  return xs;
+}
+
+runBench(async () => {
+  const h = tempHome();
+  writeAgent(h.home, 'short', { backend: 'command', command: ['sleep', '0.3'] });
+  const s = await startServer(serverEnv(h));
+  try {
+    const floorDir = path.join(h.base, 'floor');
+    fs.mkdirSync(floorDir);
+    const floor = await watchFloor(floorDir, SAMPLES);
+    const xs = [];
+    for (let i = 0; i < SAMPLES + 2; i++) {
+      const l = await s.call('launch', { agent: 'short', task: 'x' });
+      const runId = l.structuredContent.runId;
+      const r = await s.call('status', { runId, waitMs: 30_000, until: 'terminal' });
+      const answeredAt = wallNow();
+      if (r.structuredContent.state !== 'completed' || !r.structuredContent.changed) { i--; continue; }
+      const file = path.join(h.home, 'runs', runId, 'status.json');
+      const st = JSON.parse(fs.readFileSync(file, 'utf8'));
+      // rename(2) sets the inode's ctime: the moment the new status became visible (the fsync before it excluded).
+      const fst = fs.statSync(file, { bigint: true });
+      const wroteAt = Math.max(Number(fst.ctimeNs) / 1e6, Number(fst.mtimeNs) / 1e6, Date.parse(st.updatedAt));
+      if (process.env.BENCH_DEBUG) console.error(fst.ctimeNs, fst.mtimeNs, st.updatedAt, answeredAt);
+      if (i >= 2) xs.push(answeredAt - wroteAt);
+    }
+    report('wake-up: terminal write → status(waitMs) answer', xs, { median: [...floor].sort((a, b) => a - b)[Math.floor(floor.length / 2)] },
+      { note: 'floor = fs.watch wake of a rename in another process; target p90 ≤ 5 ms' });
+  } finally {
+    await s.close();
+    await reapHome(h.home);
+    h.cleanup();
+  }
+});
