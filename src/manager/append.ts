@@ -1,4 +1,4 @@
-import { SubagentError } from '../errors.js';
+import { errnoCode, SubagentError } from '../errors.js';
 import { withLedger } from '../store/ledger.js';
 import { isTerminalRun } from '../store/run-types.js';
 import { catalogFor } from './agent-resolver.js';
@@ -53,7 +53,9 @@ export async function appendStep(ctx: ManagerContext, runId: string, entry: Chai
       ctx.store.writeAppend(runId, { seq, acceptedAt: new Date().toISOString(), step: step! });
     } catch (e) {
       await withLedger(ctx.layout, (l) => { const t = l.trees[record.rootRunId]; if (t) t.used = Math.max(0, t.used - paths.length); }).catch(() => {});
-      throw new SubagentError('INTERNAL', `could not record the appended step (${(e as NodeJS.ErrnoException).code ?? 'I/O error'}); nothing was appended.`);
+      // The store reports a refused write as a SubagentError with the errno on its cause.
+      const code = errnoCode(e instanceof SubagentError ? e.cause : e) ?? 'I/O error';
+      throw new SubagentError('INTERNAL', `could not record the appended step (${code}); nothing was appended and its fan-out claim was returned. Check free space and permissions of the state home, then retry.`);
     }
     ctx.store.event(runId, { type: 'appended', seq });
     return { runId, stepIndex, pendingAppends: countPendingAppends(record, status, [...appends, { seq, acceptedAt: '', step: step! }]), fanout };

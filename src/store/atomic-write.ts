@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
+import { SubagentError } from '../errors.js';
 import { fsPort } from './fs-port.js';
 
 const { O_CREAT, O_EXCL, O_WRONLY, O_NOFOLLOW, O_RDONLY, O_DIRECTORY } = fs.constants;
@@ -32,9 +33,33 @@ export function writeFileAtomic(file: string, data: string | Uint8Array, options
   } catch (e) {
     if (fd !== undefined) try { fs.closeSync(fd); } catch { /* already failing */ }
     try { fs.unlinkSync(tmp); } catch { /* never created */ }
-    throw e;
+    throw writeFailure(file, e);
   }
   if (durable) fsyncDir(dir);
+}
+
+/** What a disk refuses with: full, quota, permissions, read-only, I/O error, too many files. */
+const DISK_FAULTS = new Set(['ENOSPC', 'EDQUOT', 'EACCES', 'EPERM', 'EROFS', 'EIO', 'EFBIG', 'EMFILE', 'ENFILE']);
+
+/**
+ * A state write the disk refused becomes a refusal naming what was being written (F6): the caller's tool answers
+ * with it, and nothing else was changed (the temp file is already gone, the old file untouched). Other errors pass.
+ */
+function writeFailure(file: string, e: unknown): unknown {
+  const code = (e as NodeJS.ErrnoException | undefined)?.code;
+  if (!code || !DISK_FAULTS.has(code)) return e;
+  return new SubagentError('INTERNAL', `could not write ${describeStateFile(file)} (${code}); its previous version is unchanged and nothing else was done. Check free space and permissions of the state home, then retry.`, { cause: e });
+}
+
+/** `status.json of run r-…`, `the capacity ledger (ledger.json)`, `the session registry (sessions/x.json)`. */
+export function describeStateFile(file: string): string {
+  const parts = file.split(path.sep);
+  const base = path.basename(file);
+  const runs = parts.lastIndexOf('runs');
+  if (runs >= 0 && runs + 2 < parts.length) return `${parts.slice(runs + 2).join('/')} of run ${parts[runs + 1]}`;
+  if (base === 'ledger.json') return 'the capacity ledger (ledger.json)';
+  if (parts.at(-2) === 'sessions') return `the session registry (sessions/${base})`;
+  return base;
 }
 
 /**
@@ -45,24 +70,24 @@ export function createFileExclusive(file: string, data: string): boolean {
   const dir = path.dirname(file);
   const tmp = path.join(dir, `.${path.basename(file)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
   let fd: number | undefined;
+  let linking = false;
   try {
     fd = fsPort.openSync(tmp, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW, 0o600);
     fsPort.writeSync(fd, Buffer.from(data));
     fsPort.fsyncSync(fd);
     fsPort.closeSync(fd);
     fd = undefined;
-    try {
-      fsPort.linkSync(tmp, file);
-    } catch (e) {
-      if ((e as NodeJS.ErrnoException).code === 'EEXIST') return false;
-      throw e;
-    }
-    fsyncDir(dir);
-    return true;
+    linking = true;
+    fsPort.linkSync(tmp, file);
+  } catch (e) {
+    if (linking && (e as NodeJS.ErrnoException).code === 'EEXIST') return false;
+    throw writeFailure(file, e);
   } finally {
     if (fd !== undefined) try { fs.closeSync(fd); } catch { /* ignore */ }
     try { fs.unlinkSync(tmp); } catch { /* ignore */ }
   }
+  fsyncDir(dir);
+  return true;
 }
 
 export function fsyncDir(dir: string): void {

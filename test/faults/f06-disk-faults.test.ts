@@ -1,0 +1,225 @@
+/**
+ * F6 — disk faults. ENOSPC, EACCES and EROFS are injected through the store's file-system seam
+ * (`overrideFsPort`, src/store/fs-port.ts) at each system call of a state write — open, write, fsync, rename (link
+ * for create-once files) — of: launch (capacity ledger, run.json, status.json, the event log, the catalog
+ * snapshot), append (appends/NNNNNN.json), a status update (cancel's request file; reconciliation's status.json
+ * write) and the session registry (restore). The machine itself is never broken.
+ *
+ * In-process: the manager is driven directly, with a ManagerContext built exactly as the server builds it
+ * (`buildContext`), from dist/ — so runners are the real built runner. The seam lives in this process only: the
+ * faults hit the server side of each operation, which is where launch, append, cancel, reconcile and restore write.
+ * (Runner-side status writes happen in the runner process and are not injected here.)
+ *
+ * Expect, every time: the call fails with a clear error naming the operation or the file and the errno; the previous
+ * file is byte-identical; no temp file is left behind; a launch whose record could not be written starts no runner
+ * and no agent, and returns its reservation; after the fault is lifted the same operation works.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { REPO } from '../helpers/paths.js';
+import { tempStateHome, writeAgent } from '../helpers/state-home.js';
+import { FAKE, pidAlive, pidsWithArg, tempFiles, until } from './fault-helpers.js';
+
+const dist = async (p: string) => import(pathToFileURL(path.join(REPO, 'dist', p)).href);
+
+type Op = 'open' | 'write' | 'fsync' | 'rename' | 'link';
+const CODES = ['ENOSPC', 'EACCES', 'EROFS'] as const;
+
+describe.skipIf(process.platform === 'win32')('F6 disk faults', () => {
+  let t: ReturnType<typeof tempStateHome>;
+  let ctx: any;
+  let sessions: any;
+  let m: Record<string, any>;
+  let restorePort: (() => void) | null = null;
+  const ac = new AbortController();
+
+  /** Fails `op` with `code` for every file whose name (or temp name) is `name` under `under`. */
+  function inject(op: Op, code: string, match: (file: string) => boolean): void {
+    const fds = new Map<number, string>();
+    const fail = (syscall: string, p: string) => Object.assign(new Error(`${code}: injected, ${syscall} '${p}'`), { code, syscall, path: p, errno: -1 });
+    restorePort = m.overrideFsPort({
+      openSync: (p: fs.PathLike, flags?: fs.OpenMode, mode?: fs.Mode) => {
+        const file = String(p);
+        if (op === 'open' && match(file)) throw fail('open', file);
+        const fd = fs.openSync(p, flags, mode);
+        // fd numbers are reused, and a failing write closes its fd with the real fs: track per open.
+        if (match(file)) fds.set(fd, file);
+        else fds.delete(fd);
+        return fd;
+      },
+      writeSync: (fd: number, data: Uint8Array) => {
+        if (op === 'write' && fds.has(fd)) throw fail('write', fds.get(fd)!);
+        return fs.writeSync(fd, data);
+      },
+      fsyncSync: (fd: number) => {
+        if (op === 'fsync' && fds.has(fd)) throw fail('fsync', fds.get(fd)!);
+        return fs.fsyncSync(fd);
+      },
+      closeSync: (fd: number) => { fds.delete(fd); return fs.closeSync(fd); },
+      renameSync: (a: fs.PathLike, b: fs.PathLike) => {
+        if (op === 'rename' && match(String(b))) throw fail('rename', String(b));
+        return fs.renameSync(a, b);
+      },
+      linkSync: (a: fs.PathLike, b: fs.PathLike) => {
+        if (op === 'link' && match(String(b))) throw fail('link', String(b));
+        return fs.linkSync(a, b);
+      },
+    });
+  }
+  const named = (name: string, within?: string) => (file: string) => {
+    const b = path.basename(file);
+    return (b === name || (b.startsWith(`.${name}.`) && b.endsWith('.tmp'))) && (within === undefined || file.includes(within));
+  };
+  const lift = () => { restorePort?.(); restorePort = null; };
+  const snapshot = (file: string) => (fs.existsSync(file) ? fs.readFileSync(file) : null);
+
+  beforeAll(async () => {
+    t = tempStateHome();
+    const agents = path.join(t.home, 'agents');
+    writeAgent(agents, 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '30000'] });
+    writeAgent(agents, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
+    m = {
+      ...(await dist('config.js')), ...(await dist('mcp/serve.js')), ...(await dist('store/state-home.js')),
+      ...(await dist('store/fs-port.js')), ...(await dist('manager/launch.js')), ...(await dist('manager/append.js')),
+      ...(await dist('manager/cancel.js')), ...(await dist('manager/run-status.js')), ...(await dist('manager/sessions.js')),
+    };
+    const env = { SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_KILL_GRACE_MS: '300', PATH: process.env.PATH, HOME: process.env.HOME };
+    const settings = m.loadSettings(env, {}, t.root);
+    m.openStateHome(settings.home);
+    ({ ctx, sessions } = m.buildContext(settings, env, () => null));
+    ctx.log = () => {};
+  });
+  afterEach(() => lift());
+  afterAll(async () => {
+    lift();
+    for (const id of ctx.store.listRunIds()) await m.cancelRun(ctx, id).catch(() => {});
+    t.cleanup();
+  });
+
+  const launchSingle = (agent = 'echo') => m.launch(ctx, { mode: 'single', step: { agent, task: 'x' } }, { signal: ac.signal });
+
+  // Every write of a launch, at every step of the atomic write, with each errno.
+  const LAUNCH_WRITES: Array<[string, (f: string) => boolean, Op[]]> = [
+    ['capacity ledger', named('ledger.json'), ['open', 'write', 'fsync', 'rename']],
+    ['run record', named('run.json'), ['open', 'write', 'fsync', 'rename']],
+    ['first status', named('status.json'), ['open', 'write', 'fsync', 'rename']],
+    ['event log', named('events.jsonl'), ['open', 'write']],
+    ['catalog snapshot', (f) => f.includes(`${path.sep}runs${path.sep}`) && /catalog/.test(path.basename(f)), ['open', 'write', 'fsync', 'rename']],
+  ];
+  const launchCases = LAUNCH_WRITES.flatMap(([what, match, ops]) => ops.flatMap((op) => CODES.map((code) => [what, op, code, match] as const)));
+
+  it.each(launchCases)('launch: %s fails at %s with %s → clear error, nothing started, nothing left', async (_what, op, code, match) => {
+    const ledgerFile = path.join(t.home, 'ledger.json');
+    const ledgerBefore = fs.existsSync(ledgerFile) ? JSON.parse(fs.readFileSync(ledgerFile, 'utf8')) : { roots: {}, trees: {} };
+    const runsBefore = ctx.store.listRunIds().sort();
+    inject(op, code, match);
+    let err: any = null;
+    try { await launchSingle(); } catch (e) { err = e; }
+    lift();
+    expect(err).not.toBeNull();
+    expect(err.name).toBe('SubagentError');
+    expect(err.message).toContain(code);
+    expect(err.message).toMatch(/could not write/);
+    expect(err.message).not.toMatch(/internal error occurred/);
+    // Nothing started, nothing held, nothing left behind.
+    expect(ctx.store.listRunIds().sort()).toEqual(runsBefore);
+    expect(pidsWithArg(path.join(t.home, 'runs'))).toEqual([]);
+    expect(tempFiles(t.home)).toEqual([]);
+    const ledgerAfter = fs.existsSync(ledgerFile) ? JSON.parse(fs.readFileSync(ledgerFile, 'utf8')) : { roots: {}, trees: {} };
+    expect(ledgerAfter.roots).toEqual(ledgerBefore.roots);
+    expect(ledgerAfter.trees).toEqual(ledgerBefore.trees);
+  });
+
+  it('a ledger write refused after a previous one leaves ledger.json byte-identical', async () => {
+    const ok = await launchSingle();
+    const ledgerFile = path.join(t.home, 'ledger.json');
+    // The runner returns its slot just after it records the end: wait for both, so nothing else writes meanwhile.
+    await until(() => ctx.store.readStatus(ok.runId)?.state === 'completed'
+      && Object.keys(JSON.parse(fs.readFileSync(ledgerFile, 'utf8')).roots).length === 0, 20_000);
+    const before = snapshot(ledgerFile);
+    expect(before).not.toBeNull();
+    for (const op of ['write', 'rename'] as const) {
+      inject(op, 'ENOSPC', named('ledger.json'));
+      await expect(launchSingle()).rejects.toThrow(/capacity ledger.*ENOSPC/);
+      lift();
+      expect(snapshot(ledgerFile)).toEqual(before);
+    }
+    expect(tempFiles(t.home)).toEqual([]);
+  });
+
+  describe('on a running chain', () => {
+    let runId: string;
+    beforeAll(async () => {
+      runId = (await m.launch(ctx, { mode: 'chain', chain: [{ agent: 'sleeper', task: 'x' }] }, { signal: ac.signal })).runId;
+    });
+
+    it.each(CODES.flatMap((code) => (['open', 'write', 'fsync', 'rename'] as Op[]).map((op) => [op, code] as const)))(
+      'append: appends/NNNNNN.json fails at %s with %s → refused, nothing appended, fan-out claim returned', async (op, code) => {
+        const tree = () => JSON.parse(fs.readFileSync(path.join(t.home, 'ledger.json'), 'utf8')).trees[runId];
+        const usedBefore = tree().used;
+        const appendsDir = path.join(t.home, 'runs', runId, 'appends');
+        const filesBefore = fs.readdirSync(appendsDir);
+        inject(op, code, (f) => f.startsWith(appendsDir));
+        const err: any = await m.appendStep(ctx, runId, { agent: 'echo', task: 'more' }).catch((e: unknown) => e);
+        lift();
+        expect(err?.name).toBe('SubagentError');
+        expect(err.message).toMatch(new RegExp(`could not record the appended step \\(${code}\\)`));
+        expect(fs.readdirSync(appendsDir)).toEqual(filesBefore);
+        expect(tree().used).toBe(usedBefore);
+        expect(tempFiles(t.home)).toEqual([]);
+      });
+
+    it('append works again once the fault is lifted', async () => {
+      const r = await m.appendStep(ctx, runId, { agent: 'echo', task: 'more' });
+      expect(r.pendingAppends).toBe(1);
+    });
+
+    it.each(CODES)('cancel: the request file refused with %s → clear error, status.json unchanged, run still live', async (code) => {
+      const statusFile = path.join(t.home, 'runs', runId, 'status.json');
+      const before = snapshot(statusFile);
+      inject('rename', code, named('cancel-request.json'));
+      const err: any = await m.cancelRun(ctx, runId).catch((e: unknown) => e);
+      lift();
+      expect(err?.message).toMatch(new RegExp(`could not write cancel-request\\.json of run ${runId} \\(${code}\\)`));
+      expect(snapshot(statusFile)).toEqual(before);
+      expect(ctx.store.readStatus(runId).state).toBe('running');
+      expect(tempFiles(t.home)).toEqual([]);
+    });
+
+    it('reconcile: status.json refused (EROFS) after the runner died → file unchanged, next pass ends the run', async () => {
+      const statusFile = path.join(t.home, 'runs', runId, 'status.json');
+      const runner = ctx.store.readStatus(runId).runner.pid as number;
+      process.kill(runner, 'SIGKILL');
+      expect(await until(() => !pidAlive(runner), 5000)).toBe(true);
+      const before = snapshot(statusFile);
+      inject('write', 'EROFS', named('status.json', runId));
+      const seen = await m.freshStatus(ctx, runId).catch((e: unknown) => e);
+      lift();
+      expect(snapshot(statusFile)).toEqual(before);
+      expect(seen.state ?? seen.code).toBe('running'); // not ended yet: the write did not happen
+      expect(tempFiles(t.home)).toEqual([]);
+      const after = await m.freshStatus(ctx, runId);
+      expect(after.state).toBe('failed');
+      expect(after.error.code).toBe('RUNNER_LOST');
+    });
+  });
+
+  it.each(CODES)('restore: the session registry write refused with %s → clear error, registry file unchanged', async (code) => {
+    const other = m.buildContext(m.loadSettings({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root }, {}, t.root), {}, () => null);
+    other.sessions.register(null);
+    const mine = path.join(t.home, 'sessions', `${encodeURIComponent(ctx.sessionId)}.json`);
+    sessions.register(null);
+    const before = snapshot(mine);
+    inject('rename', code, (f) => f.includes(`${path.sep}sessions${path.sep}`));
+    const err: any = await m.restore(ctx, sessions, [other.ctx.sessionId]).catch((e: unknown) => e);
+    lift();
+    expect(err?.name).toBe('SubagentError');
+    expect(err.message).toMatch(new RegExp(`could not write the session registry .*\\(${code}\\)`));
+    expect(snapshot(mine)).toEqual(before);
+    expect(tempFiles(t.home)).toEqual([]);
+    const ok = await m.restore(ctx, sessions, [other.ctx.sessionId]);
+    expect(ok.lineage).toContain(other.ctx.sessionId);
+  });
+});
