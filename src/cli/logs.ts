@@ -126,7 +126,7 @@ export async function logsCommand(ctx: ManagerContext, runId: string, o: LogsOpt
       if (cur) {
         const raw = paths.rawOutput(cur.key);
         const rawBytes = !file && fs.existsSync(raw) ? ` (${formatBytes(fs.statSync(raw).size)} of raw stream; its text arrives when the step ends, or use --raw)` : '';
-        progress.update(`… ${status.state} · step ${cur.key}/${list.length} ${cur.agent} ${cur.state} · ${formatBytes(offset)}${rawBytes} · ${formatDuration(Date.now() - started)}`);
+        progress.update(`… ${status.state} · step ${cur.key} (${i + 1} of ${list.length}) ${cur.agent} ${cur.state} · ${formatBytes(offset)}${rawBytes} · ${formatDuration(Date.now() - started)}`);
       } else {
         progress.update(`… ${status.state} · waiting for the next step · ${formatDuration(Date.now() - started)}`);
       }

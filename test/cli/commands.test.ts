@@ -157,6 +157,16 @@ describe('the command line for people', () => {
     expect(await g.exited).toBe(1);
     expect(g.stdout()).toBe('first\nsecond\n');
     expect(g.stderr()).toMatch(new RegExp(`run ${bad} failed — STEP_FAILED`));
+
+    // A chain with a parallel group: every step's output in order, each under a header naming it.
+    const r = await s.call('launch', { chain: [{ agent: 'echo', task: 'one' }, { parallel: [{ agent: 'echo', task: 'A:{previous}' }, { agent: 'echo', task: 'B' }] }] });
+    const chain = sc(r).runId as string;
+    await waitTerminal(s, chain);
+    const all = await cli(['logs', chain], env);
+    expect(all.code).toBe(0);
+    expect(all.stdout).toBe('==> step 0 echo (completed) <==\none\n==> step 1.0 echo (completed) <==\nA:one\n==> step 1.1 echo (completed) <==\nB\n');
+    const detail = JSON.parse((await cli(['show', chain, '--json'], env)).stdout);
+    expect(detail.steps[1].members.map((m: any) => [m.key, m.state, m.exitCode])).toEqual([['1.0', 'completed', 0], ['1.1', 'completed', 0]]);
   });
 
   it('dismiss: an active run needs --cancel; a dismissed run leaves runs, stays in runs --all and show', async () => {
