@@ -160,7 +160,9 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     testFault(ctx, 'server-after-bind');
     phase = 'proceed';
     const started = await proceedAndAwaitStart(wait, runner);
-    if (started.state !== 'running' && started.state !== 'completed') throw new HandshakeFailure('proceed', `the run became ${started.state} at its start`, runner);
+    // Only the runner sets startedAt (when it claims the start): a run that already ran and ended — a first step that
+    // failed at once — started all the same.
+    if (started.startedAt === null) throw new HandshakeFailure('proceed', `the run became ${started.state} at its start`, runner);
     o.onProgress?.('started');
   } catch (e) {
     const failure = e instanceof HandshakeFailure ? e : new HandshakeFailure(phase, e instanceof Error ? e.message : 'unknown failure', runner);
@@ -190,7 +192,7 @@ async function abandonLaunch(ctx: ManagerContext, runId: string, f: HandshakeFai
     ? { ...cur, state: 'failed', endedAt: new Date().toISOString(), error: { code: 'HANDSHAKE_FAILED', message: `the runner failed at the ${f.phase} phase: ${f.reason}` },
       steps: cur.steps.map((st) => ({ ...st, state: 'skipped', members: st.members?.map((m) => ({ ...m, state: 'skipped' as const })) })) }
     : null), { durable: true }).catch(() => null);
-  if (s && s.state === 'running') return 'started';
+  if (s && s.startedAt !== null) return 'started';
   ctx.store.event(runId, { type: 'handshake-failed', phase: f.phase });
   // The runner never started an agent (the start is claimed under the lock we just used); stop it and verify.
   const pid = runner?.pid ?? childPid;
