@@ -190,21 +190,21 @@ export async function readResource(ctx: ManagerContext, uri: string): Promise<Re
   return { contents: [pagedContent(uri, 'text/plain', readPage(file, offset, length, false), length)] };
 }
 
-/** Template completion: run ids of this session for `runId`, step keys of that run for `index`. */
-export function completeArgument(ctx: ManagerContext, name: string, value: string, context: Record<string, string> = {}): string[] {
-  if (name === 'runId') return completeRunIds(ctx, value);
-  if (name === 'index' && context.runId) {
-    try { requireVisible(ctx, context.runId); } catch { return []; }
-    const s = ctx.store.readStatus(context.runId);
-    const keys = (s?.steps ?? []).flatMap((st) => [st.key, ...(st.members ?? []).map((m) => m.key)]);
-    return keys.filter((k) => k.startsWith(value)).slice(0, 100);
-  }
-  return [];
-}
+/** At most this many completion values per answer (the protocol's limit); `total` says how many matched. */
+export const MAX_COMPLETIONS = 100;
 
-/** Run ids of this session starting with `prefix` (template completion), newest first. */
-export function completeRunIds(ctx: ManagerContext, prefix: string): string[] {
-  return listVisible(ctx).map((m) => m.runId).filter((id) => id.startsWith(prefix)).slice(0, 100);
+/** Template completion: run ids of this session for `runId`, step keys of that run for `index`. */
+export function completeArgument(ctx: ManagerContext, name: string, value: string, context: Record<string, string> = {}): { values: string[]; total: number } {
+  let all: string[] = [];
+  if (name === 'runId') all = listVisible(ctx).map((m) => m.runId).filter((id) => id.startsWith(value));
+  else if (name === 'index' && context.runId) {
+    try {
+      requireVisible(ctx, context.runId);
+      const s = ctx.store.readStatus(context.runId);
+      all = (s?.steps ?? []).flatMap((st) => [st.key, ...(st.members ?? []).map((m) => m.key)]).filter((k) => k.startsWith(value));
+    } catch { all = []; }
+  }
+  return { values: all.slice(0, MAX_COMPLETIONS), total: all.length };
 }
 
 export { readMeta };

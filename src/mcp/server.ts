@@ -79,8 +79,9 @@ export function createServer(ctx: ManagerContext, o: { version: string; shutdown
   server.setRequestHandler(UnsubscribeRequestSchema, async (req) => { watcher.unsubscribe(req.params.uri); return {}; });
   server.setRequestHandler(CompleteRequestSchema, async (req) => {
     const arg = req.params.argument;
-    const values = req.params.ref.type === 'ref/resource' ? completeArgument(ctx, arg.name, arg.value, req.params.context?.arguments) : [];
-    return { completion: { values, total: values.length, hasMore: values.length >= 100 } };
+    const { values, total } = req.params.ref.type === 'ref/resource'
+      ? completeArgument(ctx, arg.name, arg.value, req.params.context?.arguments) : { values: [], total: 0 };
+    return { completion: { values, total, hasMore: total > values.length } };
   });
   return {
     server,

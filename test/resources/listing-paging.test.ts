@@ -86,6 +86,7 @@ describe('resources: list pagination, completion, paged reads', () => {
     const all = await s.client.complete({ ref, argument: { name: 'runId', value: 'r-' } });
     expect(all.completion.values.length).toBe(100);
     expect(all.completion.hasMore).toBe(true);
+    expect(all.completion.total).toBeGreaterThan(PAGE_SIZE * 2);
     const one = await s.client.complete({ ref, argument: { name: 'runId', value: flood.slice(0, 12) } });
     expect(one.completion.values).toContain(flood);
     expect(one.completion.values.every((v) => v.startsWith(flood.slice(0, 12)))).toBe(true);
