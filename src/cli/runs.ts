@@ -59,7 +59,12 @@ export async function runsCommand(ctx: ManagerContext, o: RunsOptions, out: (s: 
   const stateMatches = (state: string) => !wanted || wanted.some((w) => w === state
     || (w === 'active' && (state === 'starting' || state === 'running'))
     || (w === 'terminal' && ((TERMINAL_RUN_STATES as readonly string[]).includes(state) || state === 'corrupt')));
-  const metas = listAll(ctx).filter((m) => !o.session || m.sessionId === o.session || m.sessionId.startsWith(o.session));
+  const all = listAll(ctx);
+  const byId = new Map(all.map((m) => [m.runId, m]));
+  // A nested run belongs to the session of its tree's root as well (its own session is its agent's server's).
+  const inSession = (m: RunMeta, want: string) => [m.sessionId, byId.get(m.rootRunId)?.sessionId]
+    .some((id) => id !== undefined && id.startsWith(want));
+  const metas = all.filter((m) => !o.session || inSession(m, o.session));
   const rows: RunRow[] = [];
   for (const m of metas) {
     if (!o.all && ctx.store.isDismissed(m.runId)) continue;
