@@ -7,6 +7,7 @@ import { readJsonFile } from '../store/json-file.js';
 import { RunPaths } from '../store/layout.js';
 import { selfIdentity } from '../process/identity.js';
 import { waitForFile } from './wait-for-file.js';
+import { installClockJump } from './test-clock.js';
 import type { RunRecord } from '../store/run-types.js';
 
 /** Test seam: die at a named handshake phase (the reliability matrix kills the runner at each). */
@@ -22,6 +23,7 @@ async function hangBeforeReady(): Promise<void> {
 }
 
 async function main(): Promise<number> {
+  installClockJump(process.env.SUBAGENTS_TEST_FAULT);
   process.umask(0o077);
   const runDir = process.argv[2];
   if (!runDir) {
