@@ -8,10 +8,12 @@ import { tempStateHome, writeAgent } from '../helpers/state-home.js';
  * The MCP Inspector CLI (a client we did not write) against the built server: `--strict` lints the published schemas
  * for portability; exit codes are 0 on success, 5 when a tool answers isError.
  */
-function inspector(args: string[], env: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {
+function inspector(args: string[], env: Record<string, string>, o: { viaNpx?: boolean } = {}): Promise<{ code: number; stdout: string; stderr: string }> {
   const envArgs = Object.entries(env).flatMap(([k, v]) => ['-e', `${k}=${v}`]);
+  // The local bin directly (what `npx mcp-inspector` resolves to) saves npm's own start-up; one test goes through npx.
+  const [cmd, pre] = o.viaNpx ? ['npx', ['--no-install', 'mcp-inspector']] : [path.join(REPO, 'node_modules', '.bin', 'mcp-inspector'), []];
   return new Promise((resolve) => {
-    execFile('npx', ['--no-install', 'mcp-inspector', '--cli', ...args, ...envArgs], { cwd: REPO, timeout: 45_000, env: { ...process.env, NO_COLOR: '1' } },
+    execFile(cmd, [...pre, '--cli', ...args, ...envArgs], { cwd: REPO, timeout: 50_000, env: { ...process.env, NO_COLOR: '1' } },
       (err, stdout, stderr) => resolve({ code: err ? (typeof err.code === 'number' ? err.code : -1) : 0, stdout, stderr }));
   });
 }
@@ -33,7 +35,7 @@ describe('MCP Inspector CLI', () => {
   });
 
   it('runs from mcp.json (--config mcp.json --server subagents) at the repo root', async () => {
-    const r = await inspector(['--config', 'mcp.json', '--server', 'subagents', '--method', 'tools/list', '--format', 'json', '-q'], env);
+    const r = await inspector(['--config', 'mcp.json', '--server', 'subagents', '--method', 'tools/list', '--format', 'json', '-q'], env, { viaNpx: true });
     expect(r.code, r.stderr).toBe(0);
     const names = (JSON.parse(r.stdout) as { result: { tools: Array<{ name: string }> } }).result.tools.map((x) => x.name).sort();
     expect(names).toEqual(['agents', 'append', 'cancel', 'dismiss', 'launch', 'restore', 'status']);
