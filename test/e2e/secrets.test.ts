@@ -60,6 +60,12 @@ describe('secrets stay in: environment and task sentinels, agent environment all
     expect(l.isError, textOf(l)).toBeFalsy();
     const runId = sc(l).runId as string;
     runs.push(runId);
+    // The detached runner itself holds only what its agents may get: no server secret sits in its environment.
+    const runnerPid = sc(await s.call('status', { runId })).runnerPid as number;
+    const runnerEnv = fs.readFileSync(`/proc/${runnerPid}/environ`, 'latin1');
+    expect(runnerEnv).not.toContain(ENV_SENTINEL);
+    expect(runnerEnv).not.toContain('NODE_OPTIONS=');
+    expect(fs.readFileSync(`/proc/${runnerPid}/cmdline`, 'latin1')).not.toContain(TASK_SENTINEL);
     const f = sc(await s.call('launch', { agent: 'failer', task }));
     runs.push(f.runId);
     const failed = await waitTerminal(s, f.runId);
