@@ -14,6 +14,8 @@ export interface SessionRecord {
 }
 
 const SAFE_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
+/** How long a rebuilt (record-less) session's ancestors are reused before the markers are read again. */
+const REBUILD_CACHE_MS = 5000;
 
 /**
  * The session registry: `sessions/<id>.json` per session. If one is lost or damaged, its ancestors are rebuilt from
@@ -33,7 +35,9 @@ export class SessionRegistry {
     const f = this.file(id);
     if (!f) return null;
     try {
-      return readJsonFile<SessionRecord>(f);
+      const rec = readJsonFile<SessionRecord>(f);
+      // Parses but is not a record (e.g. `null` or `[]` written over it): as damaged.
+      return rec && typeof rec === 'object' && Array.isArray(rec.ancestors) ? rec : null;
     } catch {
       return null; // damaged: callers rebuild what they need from the run records
     }
@@ -59,11 +63,18 @@ export class SessionRegistry {
     }
   }
 
+  /** Rebuilt ancestors of sessions whose record is gone, briefly cached: a rebuild reads every run directory. */
+  private readonly rebuilt = new Map<string, { at: number; ids: string[] }>();
+
   /** The ancestors of `id`: from its record, else rebuilt from adoption markers under the runs. */
   ancestorsOf(id: string, runsDir: string): string[] {
     const rec = this.read(id);
-    if (rec) return rec.ancestors;
-    return rebuildAncestors(id, runsDir);
+    if (rec) return Array.isArray(rec.ancestors) ? rec.ancestors.filter((a) => typeof a === 'string') : [];
+    const hit = this.rebuilt.get(id);
+    if (hit && performance.now() - hit.at < REBUILD_CACHE_MS) return hit.ids;
+    const ids = rebuildAncestors(id, runsDir);
+    this.rebuilt.set(id, { at: performance.now(), ids });
+    return ids;
   }
 
   /** True when the session left a trace: its record, or adoption markers it wrote (its record may have been lost). */

@@ -84,15 +84,21 @@ describe('sessions: restore by lineage across server generations', () => {
     expect(sc(await c.call('restore', { lineage: [sessB] })).adopted).toBe(1);
     const sessionsDir = path.join(w.t.home, 'sessions');
 
-    // 1. Truncate every session file while all three servers run.
-    for (const f of fs.readdirSync(sessionsDir)) fs.truncateSync(path.join(sessionsDir, f), 0);
+    // 1. Truncate or garble every session file while all three servers run.
+    fs.readdirSync(sessionsDir).forEach((f, i) => {
+      if (i % 3 === 0) fs.truncateSync(path.join(sessionsDir, f), 0);
+      else fs.writeFileSync(path.join(sessionsDir, f), i % 3 === 1 ? '{"v":1,"sessionId":"s-' : 'null');
+    });
     expect(sc(await c.call('status', { runId: run.runId })).adopted).toBe(true);
     const d = await w.start();
     const rd = sc(await d.call('restore', { lineage: [sessC] }));
     expect(rd.unknown).toEqual([]);
     expect(rd.runs.map((x: any) => x.runId)).toEqual([run.runId]);
     // Live servers write their own records back (they keep them in memory).
-    await waitForFile(sessionsDir, (n) => n === `${sessC}.json` && fs.statSync(path.join(sessionsDir, n)).size > 0);
+    for (const id of [sessA, sessB, sessC]) {
+      await waitForFile(sessionsDir, (n) => n === `${id}.json` && fs.readFileSync(path.join(sessionsDir, n), 'utf8').startsWith('{"v":1') && fs.readFileSync(path.join(sessionsDir, n), 'utf8').endsWith('}'));
+    }
+    expect(JSON.parse(fs.readFileSync(path.join(sessionsDir, `${sessC}.json`), 'utf8')).ancestors).toEqual([sessB]);
 
     // 2. Delete the whole registry after B and C are gone: their lineage is rebuilt from the adoption markers.
     for (const s of [b, c]) { process.kill(s.pid, 'SIGKILL'); await s.close(); }
