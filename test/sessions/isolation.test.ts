@@ -65,6 +65,9 @@ describe('isolation between unrelated sessions', () => {
         same(msg, missMsg, id);
       }
     }
+    // The not-found error is JSON-RPC -32602 (InvalidParams), as SEP-2164 standardised and the TypeScript SDK answers.
+    const err = await other.client.readResource({ uri: `subagents://runs/${active}` }).then(() => null, (e: { code?: number }) => e);
+    expect(err?.code).toBe(-32602);
     const subMiss = await rejection(other.client.subscribeResource({ uri: `subagents://runs/${missing}` }));
     same(await rejection(other.client.subscribeResource({ uri: `subagents://runs/${active}` })), subMiss, active);
     // Malformed and path-like ids are refused the same way, without touching the file system.
