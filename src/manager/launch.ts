@@ -188,10 +188,13 @@ function result(ctx: ManagerContext, runId: string, mode: RunMode, r: Reservatio
  * is live and the launch succeeded after all), then makes sure the runner is gone.
  */
 async function abandonLaunch(ctx: ManagerContext, runId: string, f: HandshakeFailure, childPid: number | null, runner: { pid: number; startTime: string } | null): Promise<'started' | 'failed'> {
-  const s = await ctx.store.update(runId, (cur) => (cur.state === 'starting'
+  const record = () => ctx.store.update(runId, (cur) => (cur.state === 'starting'
     ? { ...cur, state: 'failed', endedAt: new Date().toISOString(), error: { code: 'HANDSHAKE_FAILED', message: `the runner failed at the ${f.phase} phase: ${f.reason}` },
       steps: cur.steps.map((st) => ({ ...st, state: 'skipped', members: st.members?.map((m) => ({ ...m, state: 'skipped' as const })) })) }
-    : null), { durable: true }).catch(() => null);
+    : null), { durable: true });
+  // Once more if the first attempt failed (the run lock stayed busy): a run left `starting` by a live launcher is
+  // never reconciled while that launcher lives.
+  const s = await record().catch(() => record()).catch(() => null);
   if (s && s.startedAt !== null) return 'started';
   ctx.store.event(runId, { type: 'handshake-failed', phase: f.phase });
   // The runner never started an agent (the start is claimed under the lock we just used); stop it and verify.
