@@ -50,8 +50,15 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
   const term = await terminateProcesses(find, record.killGraceMs);
   // The runner's last words; a runner killed outright (SIGKILL, the OOM killer) leaves none, which is worth saying.
   const tail = readTail(paths.runnerLog, 2048) || '(runner.log is empty: the runner was killed without a word, e.g. by SIGKILL or the OOM killer)';
+  // A run someone asked to stop, whose runner is gone (it may have been stopped by the canceller itself, racing with
+  // us from another server), ends the way it was asked to: cancelled, not lost.
+  const asked = (() => { try { return readJsonFile<{ reason?: string }>(paths.cancelRequest); } catch { return { reason: 'CANCELLED' }; } })();
   const after = await ctx.store.update(runId, (cur) => {
-    const next = ended(cur, 'failed', { code: 'RUNNER_LOST', message: `the runner (pid ${runner.pid}) ended without finishing the run; its agents were stopped` });
+    const next = asked
+      ? ended(cur, 'cancelled', asked.reason === 'PARENT_ENDED'
+        ? { code: 'PARENT_ENDED', message: 'the agent that launched this run ended; its runner was gone, so its processes were stopped by reconciliation' }
+        : { code: 'CANCELLED', message: 'the run was cancelled; its runner was gone, so its processes were stopped by reconciliation' })
+      : ended(cur, 'failed', { code: 'RUNNER_LOST', message: `the runner (pid ${runner.pid}) ended without finishing the run; its agents were stopped` });
     next.runnerLogTail = tail;
     next.survivors = term.survivors.map((p) => ({ pid: p.pid, startTime: p.startTime }));
     return next;
@@ -67,7 +74,7 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
 function ended(cur: RunStatus, state: 'failed' | 'cancelled', error: StepError): RunStatus {
   const close = (s: StepStatus): StepStatus => ({
     ...s,
-    state: isTerminalStep(s.state) ? s.state : s.state === 'running' ? 'failed' : 'skipped',
+    state: isTerminalStep(s.state) ? s.state : s.state === 'running' ? (state === 'cancelled' ? 'cancelled' : 'failed') : 'skipped',
     endedAt: isTerminalStep(s.state) ? s.endedAt : s.state === 'running' ? new Date().toISOString() : null,
     members: s.members?.map(close),
   });
