@@ -42,6 +42,7 @@ describe('resource subscriptions and run-end messages', () => {
     await a.client.subscribeResource({ uri });
     await a.client.subscribeResource({ uri: `${uri}/output` });
     const updatesOf = (u: string) => l.updates.filter((x) => x === u).length;
+    await l.until('list changed after launch', () => l.listChanged() > 0);
 
     // Runner-made changes: step 0 ends and step 1 starts.
     let seen = updatesOf(uri);

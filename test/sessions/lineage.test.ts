@@ -40,6 +40,11 @@ describe('sessions: restore by lineage across server generations', () => {
     expect(again.unknown.sort()).toEqual([unknownId, 'short'].sort());
     expect(again.runs.map((x: any) => x.runId)).toEqual([run.runId]);
 
+    // B's record: its client from initialize and its ancestor, private to the user.
+    const recFile = path.join(w.t.home, 'sessions', `${sessB}.json`);
+    expect(JSON.parse(fs.readFileSync(recFile, 'utf8'))).toMatchObject({ sessionId: sessB, client: { name: 'test-client', version: '1.0.0' }, ancestors: [sessA] });
+    expect(fs.statSync(recFile).mode & 0o777).toBe(0o600);
+
     const c = await w.start();
     const sessC = await sessionIdOf(c);
     const rc = sc(await c.call('restore', { lineage: [sessB] }));
