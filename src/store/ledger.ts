@@ -46,8 +46,10 @@ const empty = (): Ledger => ({ v: 1, roots: {}, trees: {}, agents: {} });
 /**
  * Read-modify-write of the ledger under the state home's ledger lock. `fn` works on a copy; the copy is written back
  * (fsynced: capacity is an acknowledgement) only if it changed. A ledger that does not parse is rebuilt by `rebuild`.
+ * `durable: false` is for changes nobody is acknowledged (agent slots): they are pruned by liveness, and after a
+ * crash of the machine no agent lives; skipping the two fsyncs keeps the one lock every run shares short.
  */
-export async function withLedger<T>(layout: Layout, fn: (l: Ledger) => T, rebuild: () => Ledger = empty): Promise<T> {
+export async function withLedger<T>(layout: Layout, fn: (l: Ledger) => T, rebuild: () => Ledger = empty, options: { durable?: boolean } = {}): Promise<T> {
   return withLock(layout.ledgerFile, () => {
     let ledger: Ledger;
     let before = '';
@@ -59,7 +61,7 @@ export async function withLedger<T>(layout: Layout, fn: (l: Ledger) => T, rebuil
     }
     const result = fn(ledger);
     const after = JSON.stringify(ledger);
-    if (after !== before) writeFileAtomic(layout.ledgerFile, after);
+    if (after !== before) writeFileAtomic(layout.ledgerFile, after, { durable: options.durable ?? true });
     return result;
   }, { what: 'capacity ledger' });
 }

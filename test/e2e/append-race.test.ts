@@ -1,13 +1,11 @@
-import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { sleep } from '../helpers/runs.js';
+import { CAT, sleep } from '../helpers/runs.js';
 import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 
 const ITERATIONS = 100;
 const WORKERS = 4;
-const CAT = fs.existsSync('/bin/cat') ? '/bin/cat' : '/usr/bin/cat';
 
 /**
  * SPEC §4.3: an append races the chain's end. Both are decided under the run's lock, so every append is either

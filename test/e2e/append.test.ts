@@ -2,21 +2,21 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FIXTURE_AGENTS } from '../helpers/paths.js';
-import { waitStatus } from '../helpers/runs.js';
+import { CAT, waitStatus, ok } from '../helpers/runs.js';
 import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 
 const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
 
-describe('append: steps added to a running chain', () => {
+describe.concurrent('append: steps added to a running chain', () => {
   let t: ReturnType<typeof tempStateHome>;
   let s: Started;
   let gates = 0;
   beforeAll(async () => {
     t = tempStateHome('sa-append-');
     const dir = path.join(t.home, 'agents');
-    writeAgent(dir, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
-    writeAgent(dir, 'fail', { backend: 'command', command: ['node', FAKE, 'exit', '1'] });
+    writeAgent(dir, 'echo', { backend: 'command', command: [CAT] });
+    writeAgent(dir, 'fail', { backend: 'command', command: ['/bin/sh', '-c', 'echo bye; exit 1'] });
     s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_KILL_GRACE_MS: '300' });
   });
   afterAll(async () => {
@@ -34,17 +34,17 @@ describe('append: steps added to a running chain', () => {
 
   it('runs several appends after the queued steps, in acceptance order, with {previous}; pendingAppends and stepIndex follow', async () => {
     const g = gate();
-    const l = sc(await s.call('launch', { chain: [{ agent: g.agent, task: 'g0' }, { agent: 'echo', task: 's1 {previous}' }] }));
+    const l = (await ok(s, 'launch', { chain: [{ agent: g.agent, task: 'g0' }, { agent: 'echo', task: 's1 {previous}' }] }));
     expect(l.fanout.used).toBe(2);
     const a1 = await s.call('append', { runId: l.runId, step: { agent: 'echo', task: 'A {previous}' } });
     expect(a1.isError, textOf(a1)).toBeFalsy();
     expect(sc(a1)).toEqual({ runId: l.runId, stepIndex: 2, pendingAppends: 1, fanout: { used: 3, limit: 64, remaining: 61 } });
-    const a2 = sc(await s.call('append', { runId: l.runId, step: { parallel: [{ agent: 'echo', task: 'B1 {previous}' }, { agent: 'echo', task: 'B2' }], concurrency: 1 } }));
+    const a2 = (await ok(s, 'append', { runId: l.runId, step: { parallel: [{ agent: 'echo', task: 'B1 {previous}' }, { agent: 'echo', task: 'B2' }], concurrency: 1 } }));
     expect(a2).toMatchObject({ stepIndex: 3, pendingAppends: 2, fanout: { used: 5, remaining: 59 } });
-    const a3 = sc(await s.call('append', { runId: l.runId, step: { agent: 'echo', task: 'C {previous}' } }));
+    const a3 = (await ok(s, 'append', { runId: l.runId, step: { agent: 'echo', task: 'C {previous}' } }));
     expect(a3).toMatchObject({ stepIndex: 4, pendingAppends: 3, fanout: { used: 6 } });
 
-    const mid = sc(await s.call('status', { runId: l.runId }));
+    const mid = (await ok(s, 'status', { runId: l.runId }));
     expect(mid.state).toBe('running');
     expect(mid.pendingAppends).toBe(3);
     expect(mid.steps.map((x: any) => [x.index, x.agent, x.state])).toEqual([
@@ -71,11 +71,11 @@ describe('append: steps added to a running chain', () => {
 
   it('accepted appends of a run that is then cancelled show as skipped, never vanish', async () => {
     const g = gate();
-    const l = sc(await s.call('launch', { chain: [{ agent: g.agent, task: 'held' }] }));
-    expect(sc(await s.call('append', { runId: l.runId, step: { agent: 'echo', task: 'x' } })).stepIndex).toBe(1);
-    expect(sc(await s.call('append', { runId: l.runId, step: { parallel: [{ agent: 'echo', task: 'y' }, { agent: 'echo', task: 'z' }] } })).stepIndex).toBe(2);
+    const l = (await ok(s, 'launch', { chain: [{ agent: g.agent, task: 'held' }] }));
+    expect((await ok(s, 'append', { runId: l.runId, step: { agent: 'echo', task: 'x' } })).stepIndex).toBe(1);
+    expect((await ok(s, 'append', { runId: l.runId, step: { parallel: [{ agent: 'echo', task: 'y' }, { agent: 'echo', task: 'z' }] } })).stepIndex).toBe(2);
     await waitStatus(s, l.runId, (v) => v.steps[0].pid !== null);
-    expect(sc(await s.call('cancel', { runId: l.runId })).state).toBe('cancelled');
+    expect((await ok(s, 'cancel', { runId: l.runId })).state).toBe('cancelled');
     const fin = await waitTerminal(s, l.runId);
     expect(fin.state).toBe('cancelled');
     expect(fin.steps.map((x: any) => [x.index, x.state])).toEqual([[0, 'cancelled'], [1, 'skipped'], [2, 'skipped']]);
@@ -88,8 +88,8 @@ describe('append: steps added to a running chain', () => {
 
   it('accepted appends of a chain whose step fails are skipped', async () => {
     const g = gate();
-    const l = sc(await s.call('launch', { chain: [{ agent: g.agent, task: 'held' }, { agent: 'fail', task: 'f' }] }));
-    expect(sc(await s.call('append', { runId: l.runId, step: { agent: 'echo', task: 'x' } })).stepIndex).toBe(2);
+    const l = (await ok(s, 'launch', { chain: [{ agent: g.agent, task: 'held' }, { agent: 'fail', task: 'f' }] }));
+    expect((await ok(s, 'append', { runId: l.runId, step: { agent: 'echo', task: 'x' } })).stepIndex).toBe(2);
     g.open();
     const fin = await waitTerminal(s, l.runId);
     expect(fin.state).toBe('failed');
@@ -99,12 +99,12 @@ describe('append: steps added to a running chain', () => {
 
   it('refuses: finished runs RUN_NOT_ACTIVE, single and parallel runs NOT_A_CHAIN, unknown runs RUN_NOT_FOUND, bad steps', async () => {
     const step = { agent: 'echo', task: 'x' };
-    const done = sc(await s.call('launch', { chain: [{ agent: 'echo', task: 'quick' }] }));
+    const done = (await ok(s, 'launch', { chain: [{ agent: 'echo', task: 'quick' }] }));
     await waitTerminal(s, done.runId);
-    const failed = sc(await s.call('launch', { chain: [{ agent: 'fail', task: 'quick' }] }));
+    const failed = (await ok(s, 'launch', { chain: [{ agent: 'fail', task: 'quick' }] }));
     await waitTerminal(s, failed.runId);
-    const single = sc(await s.call('launch', { agent: 'echo', task: 'x' }));
-    const parallel = sc(await s.call('launch', { tasks: [{ agent: 'echo', task: 'x' }] }));
+    const single = (await ok(s, 'launch', { agent: 'echo', task: 'x' }));
+    const parallel = (await ok(s, 'launch', { tasks: [{ agent: 'echo', task: 'x' }] }));
     const expectRefused = async (args: Record<string, unknown>, re: RegExp) => {
       const r = await s.call('append', args);
       expect(r.isError, JSON.stringify(args)).toBe(true);
@@ -120,7 +120,7 @@ describe('append: steps added to a running chain', () => {
     await expectRefused({ step }, /^INVALID_INPUT: /);
 
     const g = gate();
-    const live = sc(await s.call('launch', { chain: [{ agent: g.agent, task: 'held' }] }));
+    const live = (await ok(s, 'launch', { chain: [{ agent: g.agent, task: 'held' }] }));
     await expectRefused({ runId: live.runId }, /^INVALID_INPUT: /);
     await expectRefused({ runId: live.runId, step: { agent: 'echo' } }, /^INVALID_INPUT: /);
     await expectRefused({ runId: live.runId, step: { agent: 'echo', task: 'x', parallel: [step] } }, /^INVALID_INPUT: /);
@@ -128,7 +128,7 @@ describe('append: steps added to a running chain', () => {
     await expectRefused({ runId: live.runId, step: { agent: 'nope', task: 'x' } }, /^UNKNOWN_AGENT: /);
     await expectRefused({ runId: live.runId, step: { parallel: [step, { agent: 'nope', task: 'x' }] } }, /^UNKNOWN_AGENT: /);
     // Nothing refused was recorded or claimed.
-    const v = sc(await s.call('status', { runId: live.runId }));
+    const v = (await ok(s, 'status', { runId: live.runId }));
     expect(v.pendingAppends).toBe(0);
     expect(v.steps).toHaveLength(1);
     expect(v.fanout.used).toBe(1);
@@ -145,11 +145,11 @@ describe('append: steps added to a running chain', () => {
       const tooBig = await s4.call('launch', { chain: [{ agent: 'echo', task: 'a' }, { parallel: [step('b'), step('c'), step('d'), step('e')] }] });
       expect(textOf(tooBig)).toMatch(/^FANOUT_EXHAUSTED: .*4/);
       const g = gate();
-      const l = sc(await s4.call('launch', { chain: [{ agent: g.agent, task: 'held' }] }));
+      const l = (await ok(s4, 'launch', { chain: [{ agent: g.agent, task: 'held' }] }));
       expect(l.fanout).toEqual({ used: 1, limit: 4, remaining: 3 });
       const big = await s4.call('append', { runId: l.runId, step: { parallel: [step('1'), step('2'), step('3'), step('4')] } });
       expect(textOf(big)).toMatch(/^FANOUT_EXHAUSTED: .*3 of 4 .* needs 4/);
-      const fits = sc(await s4.call('append', { runId: l.runId, step: { parallel: [step('1'), step('2'), step('3')] } }));
+      const fits = (await ok(s4, 'append', { runId: l.runId, step: { parallel: [step('1'), step('2'), step('3')] } }));
       expect(fits).toMatchObject({ stepIndex: 1, pendingAppends: 1, fanout: { used: 4, limit: 4, remaining: 0 } });
       const over = await s4.call('append', { runId: l.runId, step: step('5') });
       expect(textOf(over)).toMatch(/^FANOUT_EXHAUSTED: .*0 of 4/);

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FIXTURE_AGENTS } from '../helpers/paths.js';
-import { procIdentity, stillAlive, waitStatus } from '../helpers/runs.js';
+import { CAT, procIdentity, stillAlive, waitStatus, ok } from '../helpers/runs.js';
 import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 
@@ -17,7 +17,7 @@ describe('a runner SIGKILLed in the middle of a chain', () => {
     markers = path.join(t.base, 'markers');
     fs.mkdirSync(markers);
     const dir = path.join(t.home, 'agents');
-    writeAgent(dir, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
+    writeAgent(dir, 'echo', { backend: 'command', command: [CAT] });
     writeAgent(dir, 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
     // Exits at once, leaving a grandchild behind in the runner's process group (its pid in the marker dir).
     writeAgent(dir, 'forker', { backend: 'command', command: ['node', FAKE, 'fork', '60000'], env: ['FAKE_MARKER_DIR'] });
@@ -60,7 +60,7 @@ describe('a runner SIGKILLed in the middle of a chain', () => {
     expect(stillAlive(runner)).toBe(false);
     for (const id of ids) expect(stillAlive(id!), `pid ${id!.pid}`).toBe(false);
     // Terminal is final: asking again changes nothing.
-    const again = sc(await s.call('status', { runId }));
+    const again = (await ok(s, 'status', { runId }));
     expect(again.state).toBe('failed');
     expect(again.error.code).toBe('RUNNER_LOST');
   });

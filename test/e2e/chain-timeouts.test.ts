@@ -1,7 +1,7 @@
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FIXTURE_AGENTS } from '../helpers/paths.js';
-import { fakeAgentAlive } from '../helpers/runs.js';
+import { CAT, fakeAgentAlive, ok } from '../helpers/runs.js';
 import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 
@@ -18,7 +18,7 @@ describe('timeouts: the whole run (timeoutMs) and each agent (its file\'s timeou
   beforeAll(async () => {
     t = tempStateHome('sa-timeout-');
     const dir = path.join(t.home, 'agents');
-    writeAgent(dir, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
+    writeAgent(dir, 'echo', { backend: 'command', command: [CAT] });
     writeAgent(dir, 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
     writeAgent(dir, 'slow', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'], timeoutMs: 1500 });
     writeAgent(dir, 'stubborn', { backend: 'command', command: ['node', FAKE, 'ignore-term', '60000'] });
@@ -44,7 +44,7 @@ describe('timeouts: the whole run (timeoutMs) and each agent (its file\'s timeou
   });
 
   it('a parallel run over its whole-run limit: running members cancelled, queued ones skipped', async () => {
-    const l = sc(await s.call('launch', { tasks: [{ agent: 'sleeper', task: 'a' }, { agent: 'sleeper', task: 'b' }, { agent: 'echo', task: 'c' }], concurrency: 2, timeoutMs: 3000 }));
+    const l = (await ok(s, 'launch', { tasks: [{ agent: 'sleeper', task: 'a' }, { agent: 'sleeper', task: 'b' }, { agent: 'echo', task: 'c' }], concurrency: 2, timeoutMs: 3000 }));
     const fin = await waitTerminal(s, l.runId);
     expect(fin.state).toBe('failed');
     expect(fin.error.code).toBe('TIMEOUT');
@@ -54,7 +54,7 @@ describe('timeouts: the whole run (timeoutMs) and each agent (its file\'s timeou
   });
 
   it('an agent over its own limit fails its step with TIMEOUT and the chain stops', async () => {
-    const l = sc(await s.call('launch', { chain: [{ agent: 'slow', task: 'x' }, { agent: 'echo', task: 'never' }] }));
+    const l = (await ok(s, 'launch', { chain: [{ agent: 'slow', task: 'x' }, { agent: 'echo', task: 'never' }] }));
     const fin = await waitTerminal(s, l.runId);
     expect(fin.state).toBe('failed');
     expect(fin.error.code).toBe('TIMEOUT');
@@ -65,7 +65,7 @@ describe('timeouts: the whole run (timeoutMs) and each agent (its file\'s timeou
   });
 
   it('a group member over its own limit: its siblings finish (no failFast), the group and the run fail TIMEOUT', async () => {
-    const l = sc(await s.call('launch', { chain: [{ parallel: [{ agent: 'slow', task: 'x' }, { agent: 'echo', task: 'ok' }] }, { agent: 'echo', task: 'never' }] }));
+    const l = (await ok(s, 'launch', { chain: [{ parallel: [{ agent: 'slow', task: 'x' }, { agent: 'echo', task: 'ok' }] }, { agent: 'echo', task: 'never' }] }));
     const fin = await waitTerminal(s, l.runId);
     expect(fin.state).toBe('failed');
     expect(fin.error.code).toBe('TIMEOUT');

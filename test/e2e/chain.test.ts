@@ -2,21 +2,21 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FIXTURE_AGENTS } from '../helpers/paths.js';
-import { fakeAgentAlive, waitStatus } from '../helpers/runs.js';
+import { CAT, fakeAgentAlive, waitStatus, ok } from '../helpers/runs.js';
 import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 
 const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
 
-describe('chains: {previous}, the step tree, failure and cancel semantics', () => {
+describe.concurrent('chains: {previous}, the step tree, failure and cancel semantics', () => {
   let t: ReturnType<typeof tempStateHome>;
   let s: Started;
   beforeAll(async () => {
     t = tempStateHome('sa-chain-');
     const dir = path.join(t.home, 'agents');
-    writeAgent(dir, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
-    writeAgent(dir, 'echo2', { backend: 'command', command: ['node', FAKE, 'echo'] });
-    writeAgent(dir, 'fail', { backend: 'command', command: ['node', FAKE, 'exit', '3'] });
+    writeAgent(dir, 'echo', { backend: 'command', command: [CAT] });
+    writeAgent(dir, 'echo2', { backend: 'command', command: [CAT] });
+    writeAgent(dir, 'fail', { backend: 'command', command: ['/bin/sh', '-c', 'echo bye; exit 3'] });
     writeAgent(dir, 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
     s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_KILL_GRACE_MS: '300' });
   });
@@ -72,7 +72,7 @@ describe('chains: {previous}, the step tree, failure and cancel semantics', () =
   });
 
   it('a failed step fails the run (STEP_FAILED) and skips the later steps; the output is the failed step\'s', async () => {
-    const l = sc(await s.call('launch', {
+    const l = (await ok(s, 'launch', {
       chain: [{ agent: 'echo', task: 'one' }, { agent: 'fail', task: 'two {previous}' }, { agent: 'echo', task: 'three' }, { parallel: [{ agent: 'echo', task: 'x' }] }],
     }));
     const fin = await waitTerminal(s, l.runId);
@@ -91,7 +91,7 @@ describe('chains: {previous}, the step tree, failure and cancel semantics', () =
   });
 
   it('failFast inside a chain: the group fails at once, running members are cancelled, unstarted skipped, the chain stops', async () => {
-    const l = sc(await s.call('launch', {
+    const l = (await ok(s, 'launch', {
       chain: [
         { parallel: [{ agent: 'sleeper', task: 's0' }, { agent: 'fail', task: 'f' }, { agent: 'echo', task: 'never' }], concurrency: 2, failFast: true },
         { agent: 'echo', task: 'after {previous}' },
@@ -110,7 +110,7 @@ describe('chains: {previous}, the step tree, failure and cancel semantics', () =
   });
 
   it('cancel mid-group: running members cancelled, unstarted skipped, the group and the run cancelled, later steps skipped', async () => {
-    const l = sc(await s.call('launch', {
+    const l = (await ok(s, 'launch', {
       chain: [
         { parallel: [{ agent: 'sleeper', task: 'a' }, { agent: 'sleeper', task: 'b' }, { agent: 'sleeper', task: 'c' }], concurrency: 2 },
         { agent: 'echo', task: 'after' },
@@ -133,7 +133,7 @@ describe('chains: {previous}, the step tree, failure and cancel semantics', () =
   });
 
   it('a parallel-only chain is still a chain: its output is the group\'s joined text', async () => {
-    const l = sc(await s.call('launch', { chain: [{ parallel: [{ agent: 'echo', task: 'p' }, { agent: 'echo', task: 'q' }] }] }));
+    const l = (await ok(s, 'launch', { chain: [{ parallel: [{ agent: 'echo', task: 'p' }, { agent: 'echo', task: 'q' }] }] }));
     const fin = await waitTerminal(s, l.runId);
     expect(fin.state).toBe('completed');
     expect(fin.output.text).toBe('### echo #0\n\np\n\n### echo #1\n\nq');

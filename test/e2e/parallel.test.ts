@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FIXTURE_AGENTS } from '../helpers/paths.js';
-import { fakeAgentAlive } from '../helpers/runs.js';
+import { CAT, fakeAgentAlive, ok } from '../helpers/runs.js';
 import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 
@@ -13,7 +13,7 @@ function maxSeen(dir: string): number[] {
   return fs.readdirSync(dir).filter((n) => n.endsWith('.max')).map((n) => Number(fs.readFileSync(path.join(dir, n), 'utf8')));
 }
 
-describe('parallel runs: concurrency, failFast, the members as the steps', () => {
+describe.concurrent('parallel runs: concurrency, failFast, the members as the steps', () => {
   let t: ReturnType<typeof tempStateHome>;
   let s: Started;
   let n = 0;
@@ -21,8 +21,8 @@ describe('parallel runs: concurrency, failFast, the members as the steps', () =>
   beforeAll(async () => {
     t = tempStateHome('sa-par-');
     const dir = path.join(t.home, 'agents');
-    writeAgent(dir, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
-    writeAgent(dir, 'fail', { backend: 'command', command: ['node', FAKE, 'exit', '2'] });
+    writeAgent(dir, 'echo', { backend: 'command', command: [CAT] });
+    writeAgent(dir, 'fail', { backend: 'command', command: ['/bin/sh', '-c', 'echo bye; exit 2'] });
     writeAgent(dir, 'flood', { backend: 'command', command: ['node', FAKE, 'flood', '20000'] });
     s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_KILL_GRACE_MS: '300' });
   });
@@ -65,7 +65,7 @@ describe('parallel runs: concurrency, failFast, the members as the steps', () =>
     const dir = probeDir();
     const agent = peersAgent(dir);
     const tasks = Array.from({ length: 6 }, (_, j) => ({ agent, task: JSON.stringify(j < 4 ? { target: 4 } : { target: 1, lingerMs: 100 }) }));
-    const l = sc(await s.call('launch', { tasks }));
+    const l = (await ok(s, 'launch', { tasks }));
     const fin = await waitTerminal(s, l.runId);
     expect(fin.state).toBe('completed');
     expect(Math.max(...maxSeen(dir))).toBe(4);
@@ -74,7 +74,7 @@ describe('parallel runs: concurrency, failFast, the members as the steps', () =>
   it('failFast: a failed member cancels the running ones and skips the unstarted; their claims are returned', async () => {
     const dir = probeDir();
     const agent = peersAgent(dir);
-    const l = sc(await s.call('launch', {
+    const l = (await ok(s, 'launch', {
       tasks: [
         // Fails only once its sibling is running, so the sibling is provably mid-run when the group stops.
         { agent, task: JSON.stringify({ target: 2, lingerMs: 0, exit: 1 }) },
@@ -98,7 +98,7 @@ describe('parallel runs: concurrency, failFast, the members as the steps', () =>
   });
 
   it('without failFast every member runs and the group fails if any failed', async () => {
-    const l = sc(await s.call('launch', {
+    const l = (await ok(s, 'launch', {
       tasks: [{ agent: 'fail', task: 'x' }, { agent: 'echo', task: 'b' }, { agent: 'echo', task: 'c' }, { agent: 'echo', task: 'd' }],
       concurrency: 2,
     }));
@@ -112,9 +112,9 @@ describe('parallel runs: concurrency, failFast, the members as the steps', () =>
   });
 
   it('bounds inline output per member and for the run, with the real byte counts', async () => {
-    const l = sc(await s.call('launch', { tasks: [{ agent: 'flood', task: 'x' }, { agent: 'echo', task: 'small' }] }));
+    const l = (await ok(s, 'launch', { tasks: [{ agent: 'flood', task: 'x' }, { agent: 'echo', task: 'small' }] }));
     await waitTerminal(s, l.runId);
-    const v = sc(await s.call('status', { runId: l.runId, outputBytes: 1024 }));
+    const v = (await ok(s, 'status', { runId: l.runId, outputBytes: 1024 }));
     expect(v.state).toBe('completed');
     const [big, small] = v.steps;
     expect(big.output.bytes).toBe(20000);

@@ -48,3 +48,13 @@ export function fakeAgentAlive(pid: number): boolean {
 }
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A cheap echo agent: the task arrives on stdin and comes back verbatim as the output. */
+export const CAT = fs.existsSync('/bin/cat') ? '/bin/cat' : '/usr/bin/cat';
+
+/** Calls a tool that must succeed; a refusal fails the test with its text. */
+export async function ok(s: Started, tool: string, args: Record<string, unknown>): Promise<Record<string, any>> {
+  const r = await s.call(tool, args);
+  if (r.isError) throw new Error(`${tool} refused: ${textOf(r)}`);
+  return sc(r);
+}
