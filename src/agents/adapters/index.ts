@@ -1,8 +1,18 @@
 import type { Backend, BackendAdapter } from '../types.js';
+import { claudeAdapter } from './claude.js';
+import { codexAdapter } from './codex.js';
 import { commandAdapter } from './command.js';
+import { geminiAdapter } from './gemini.js';
+import { opencodeAdapter } from './opencode.js';
+import { piAdapter } from './pi.js';
 
 /** The allowlist of backends: name → adapter. */
 const ADAPTERS: Partial<Record<Backend, BackendAdapter>> = {
+  claude: claudeAdapter,
+  codex: codexAdapter,
+  gemini: geminiAdapter,
+  pi: piAdapter,
+  opencode: opencodeAdapter,
   command: commandAdapter,
 };
 

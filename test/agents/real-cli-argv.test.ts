@@ -1,0 +1,279 @@
+/**
+ * Runs the exact argv each adapter builds against the real CLI (installed from the npm registry into a cache
+ * folder), with no credentials, an empty HOME, no network and a bounded time. Every run must fail — there is nothing
+ * to log in with — and the failure must be about credentials, the network or the time limit, never about an option
+ * or argument the CLI did not accept. A negative control per CLI proves the check would notice one.
+ *
+ * Cold cache: the install runs first (top-level await; ≈ 1.3 GB, about a minute here). A CLI whose package cannot
+ * be installed is skipped with the reason printed; the rest still run.
+ */
+import { spawn, spawnSync } from 'node:child_process';
+import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { adapterFor } from '../../src/agents/adapters/index.js';
+import type { Backend, FrozenAgent, Invocation, InvocationContext } from '../../src/agents/types.js';
+import { type CliName, cliCacheDir, installClis } from '../helpers/install-clis.js';
+
+/** A run that has not ended by then is stopped; opencode and codex wait for a network forever. */
+const RUN_TIMEOUT_MS = Number(process.env.SUBAGENTS_REAL_CLI_TIMEOUT_MS ?? 30_000);
+/** The negative control must end on its own (a CLI rejecting its argv exits at once, load permitting). */
+const CONTROL_TIMEOUT_MS = 2 * RUN_TIMEOUT_MS;
+const TEST_TIMEOUT_MS = CONTROL_TIMEOUT_MS + 30_000;
+const KILL_GRACE_MS = 2_000;
+const TASK = '--help --version; a task that starts with dashes must never be read as a flag';
+
+const installs = await installClis();
+for (const cli of Object.values(installs)) {
+  const what = cli.problem ? `SKIPPED: ${cli.problem}` : `${cli.installed ? 'installed' : 'cached'} in ${cli.ms} ms`;
+  process.stderr.write(`[real-cli] ${cli.name} ${cli.version}: ${what}\n`);
+}
+
+/**
+ * Wraps argv in a fresh network namespace when this machine allows one (root, or unprivileged user namespaces), with
+ * only loopback up: opencode talks to its own in-process server over it and stalls without it.
+ */
+const NO_NETWORK_PREFIX = ((): string[] => {
+  const upLo = ['sh', '-c', 'ip link set lo up 2>/dev/null || /sbin/ip link set lo up; exec "$@"', 'sh'];
+  for (const unshare of [['unshare', '-n', '--'], ['unshare', '-rn', '--']]) {
+    const prefix = [...unshare, ...upLo];
+    if (spawnSync(prefix[0]!, [...prefix.slice(1), 'true'], { stdio: 'ignore', timeout: 10_000 }).status === 0) return prefix;
+  }
+  process.stderr.write('[real-cli] no network namespace available: relying on the machine having no route out\n');
+  return [];
+})();
+
+const runsDir = path.join(cliCacheDir(), '.real-cli-runs');
+afterAll(() => rmSync(runsDir, { recursive: true, force: true }));
+
+/** Output that means the CLI rejected its command line (or a config value the adapter passed). */
+const ARGV_COMPLAINTS = [
+  /unknown option/i,
+  /unknown argument/i,
+  /unexpected argument/i,
+  /error: option/i,
+  /invalid value/i,
+  /invalid values:/i,
+  /not enough arguments/i,
+  /missing required argument/i,
+  /unrecognized/i,
+  /^Usage:/m,
+  /^Positionals:/m,
+  /error loading config/i,
+  /invalid configuration/i,
+  /Security Warning: Skipping/i,
+  /system prompt file not found/i,
+];
+
+/** Output that means the run got past its command line and stopped for want of credentials or a network. */
+const EXPECTED_FAILURE =
+  /not logged in|\/login|auth method|api key|apikey|credential|unauthori[sz]ed|network|connect|reconnecting|fetch failed|ENOTFOUND|EAI_AGAIN|does not resolve|root\/sudo/i;
+
+interface Variant {
+  name: string;
+  agent: Partial<FrozenAgent>;
+  model?: string;
+  delegate?: boolean;
+}
+
+const BODY = 'You review diffs.\n"Quotes", back\\slashes, $VARS and a line starting with --dashes.';
+
+const VARIANTS: Record<CliName, Variant[]> = {
+  claude: [
+    { name: 'read-only, tools, model, delegate', agent: { permissions: 'read-only', tools: ['Read', 'Grep'] }, model: 'sonnet', delegate: true },
+    { name: 'edit, narrowed Bash', agent: { permissions: 'edit', tools: ['Read', 'Edit', 'Bash(git *)'] } },
+    { name: 'edit, no tools', agent: { permissions: 'edit', tools: [] } },
+    { name: 'full', agent: { permissions: 'full' } },
+  ],
+  codex: [
+    { name: 'read-only, model, delegate', agent: { permissions: 'read-only' }, model: 'gpt-5.5', delegate: true },
+    { name: 'edit', agent: { permissions: 'edit' } },
+    { name: 'full', agent: { permissions: 'full' } },
+  ],
+  gemini: [
+    { name: 'read-only, tools, model, delegate', agent: { permissions: 'read-only', tools: ['read_file', 'glob'] }, model: 'gemini-2.5-pro', delegate: true },
+    { name: 'edit', agent: { permissions: 'edit' } },
+    { name: 'full', agent: { permissions: 'full' } },
+  ],
+  pi: [
+    { name: 'read-only, model', agent: { permissions: 'read-only' }, model: 'anthropic/claude-sonnet-4-5' },
+    { name: 'edit, no tools', agent: { permissions: 'edit', tools: [] } },
+    { name: 'full', agent: { permissions: 'full' } },
+  ],
+  opencode: [
+    { name: 'read-only, model, delegate', agent: { permissions: 'read-only' }, model: 'anthropic/claude-sonnet-4-5', delegate: true },
+    { name: 'edit, tools', agent: { permissions: 'edit', tools: ['read', 'grep', 'write'] } },
+    { name: 'full', agent: { permissions: 'full' } },
+  ],
+};
+
+/** Where a bad flag goes to be seen by the CLI's parser: after the subcommand for codex and opencode. */
+const FLAG_SLOT: Record<CliName, number> = { claude: 1, codex: 2, gemini: 1, pi: 1, opencode: 2 };
+
+/**
+ * CLIs whose runs only end at the time limit (waiting for a network) run their variants side by side; the others
+ * exit by themselves within seconds and run one at a time, so a 2-core machine is not swamped by parallel starts.
+ */
+const CONCURRENT: Record<CliName, boolean> = { claude: false, codex: true, gemini: false, pi: false, opencode: true };
+
+/** Output that shows the run was past its command line and config; the run is stopped there to save time. */
+const PAST_ARGV: Partial<Record<CliName, RegExp>> = { codex: /"type":"turn\.started"/ };
+
+interface RunResult {
+  code: number | null;
+  signal: NodeJS.Signals | null;
+  timedOut: boolean;
+  stoppedEarly: boolean;
+  stdout: string;
+  stderr: string;
+  ms: number;
+}
+
+function contextFor(cli: CliName, variant: Variant): InvocationContext {
+  mkdirSync(runsDir, { recursive: true, mode: 0o700 });
+  // Private (0700) and below no world-writable directory: Gemini ignores settings files anywhere else.
+  const scratchDir = mkdtempSync(path.join(runsDir, `${cli}-`));
+  const systemPromptFile = path.join(scratchDir, 'system-prompt.md');
+  writeFileSync(systemPromptFile, BODY, { mode: 0o600 });
+  const agent: FrozenAgent = {
+    name: 'argv-check',
+    description: 'real CLI argv check',
+    backend: cli as Backend,
+    permissions: 'edit',
+    env: [],
+    delegate: variant.delegate ?? false,
+    body: BODY,
+    source: 'operator',
+    path: '/agents/argv-check.md',
+    sha256: '0'.repeat(64),
+    trusted: true,
+    bin: installs[cli].bin!,
+    ...variant.agent,
+  };
+  return {
+    agent,
+    ...(variant.model ? { model: variant.model } : {}),
+    systemPromptFile,
+    taskFile: path.join(scratchDir, 'task.txt'),
+    scratchDir,
+    ...(variant.delegate
+      ? { delegateServer: { command: process.execPath, args: ['-e', 'setTimeout(() => {}, 1000)'], env: { SUBAGENTS_DEPTH: '1', SUBAGENTS_BUDGET: 'x'.repeat(32) } } }
+      : {}),
+  };
+}
+
+/** Starts the invocation as the runner would (files, env, stdin), minus credentials, and bounds it. */
+function runInvocation(cli: CliName, ctx: InvocationContext, inv: Invocation, timeoutMs = RUN_TIMEOUT_MS): Promise<RunResult> {
+  for (const file of inv.files ?? []) {
+    mkdirSync(path.dirname(file.path), { recursive: true, mode: 0o700 });
+    writeFileSync(file.path, file.content, { mode: 0o600 });
+  }
+  if (inv.taskVia === 'file') writeFileSync(ctx.taskFile, TASK, { mode: 0o600 });
+  const home = mkdtempSync(path.join(os.tmpdir(), `real-cli-home-${cli}-`));
+  const cwd = mkdtempSync(path.join(os.tmpdir(), `real-cli-cwd-${cli}-`));
+  const tmp = mkdtempSync(path.join(os.tmpdir(), `real-cli-tmp-${cli}-`));
+  chmodSync(tmp, 0o700);
+  const env: Record<string, string> = {
+    HOME: home,
+    PATH: `${path.dirname(process.execPath)}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin`,
+    LANG: 'C.UTF-8',
+    TERM: 'dumb',
+    TMPDIR: tmp,
+    NO_COLOR: '1',
+    SUBAGENTS_SYSTEM_PROMPT_FILE: ctx.systemPromptFile,
+    ...inv.env,
+  };
+  const [command, ...args] = [...NO_NETWORK_PREFIX, ...inv.argv];
+  const started = Date.now();
+  return new Promise((resolve) => {
+    const child = spawn(command!, args, { cwd, env, detached: true, stdio: ['pipe', 'pipe', 'pipe'] });
+    let stdout = '';
+    let stderr = '';
+    let timedOut = false;
+    let stoppedEarly = false;
+    const killGroup = (signal: NodeJS.Signals) => {
+      try {
+        process.kill(-child.pid!, signal);
+      } catch {
+        // Already gone.
+      }
+    };
+    const stop = () => {
+      killGroup('SIGTERM');
+      setTimeout(() => killGroup('SIGKILL'), KILL_GRACE_MS).unref();
+    };
+    const onData = () => {
+      const marker = PAST_ARGV[cli];
+      if (marker && !stoppedEarly && marker.test(stdout)) {
+        stoppedEarly = true;
+        stop();
+      }
+    };
+    child.stdout.on('data', (c: Buffer) => {
+      stdout = (stdout + c.toString('utf8')).slice(-256 * 1024);
+      onData();
+    });
+    child.stderr.on('data', (c: Buffer) => {
+      stderr = (stderr + c.toString('utf8')).slice(-256 * 1024);
+    });
+    child.stdin.on('error', () => {}); // The CLI may exit before reading its task.
+    child.stdin.end(inv.taskVia === 'stdin' ? TASK : '');
+    const timer = setTimeout(() => {
+      timedOut = true;
+      stop();
+    }, timeoutMs);
+    child.on('close', (code, signal) => {
+      clearTimeout(timer);
+      killGroup('SIGKILL'); // Nothing of the run outlives it.
+      for (const dir of [home, cwd, tmp]) rmSync(dir, { recursive: true, force: true });
+      resolve({ code, signal, timedOut, stoppedEarly, stdout, stderr, ms: Date.now() - started });
+    });
+  });
+}
+
+function summary(r: RunResult): string {
+  const tail = `${r.stdout}\n${r.stderr}`.replace(/\s+/g, ' ').trim().slice(-300);
+  return `exit=${r.code} signal=${r.signal} timedOut=${r.timedOut} early=${r.stoppedEarly} ${r.ms}ms :: ${tail}`;
+}
+
+for (const cli of Object.keys(VARIANTS) as CliName[]) {
+  const install = installs[cli];
+  describe.skipIf(!install.bin)(`real ${cli} ${install.version} accepts the argv its adapter builds`, () => {
+    const adapter = adapterFor(cli as Backend)!;
+
+    (CONCURRENT[cli] ? describe.concurrent : describe)('without credentials or network', { timeout: TEST_TIMEOUT_MS }, () => {
+      for (const variant of VARIANTS[cli]) {
+        it(variant.name, async () => {
+          const ctx = contextFor(cli, variant);
+          const inv = adapter.buildInvocation(ctx);
+          expect(inv.argv.join('\n')).not.toContain(TASK);
+          const result = await runInvocation(cli, ctx, inv);
+          process.stderr.write(`[real-cli] ${cli} / ${variant.name}: ${summary(result)}\n`);
+          const output = `${result.stdout}\n${result.stderr}`;
+          for (const complaint of ARGV_COMPLAINTS) expect(output, summary(result)).not.toMatch(complaint);
+          if (!result.timedOut && !result.stoppedEarly) {
+            expect(result.code, summary(result)).not.toBe(0);
+            expect(output, summary(result)).toMatch(EXPECTED_FAILURE);
+          }
+          // The parser turns whatever the CLI printed into a failed step.
+          const parser = adapter.createParser!();
+          for (const line of result.stdout.split('\n')) parser.onLine(line);
+          const parsed = parser.finish(result.code);
+          expect(parsed.isError).toBe(true);
+          expect(parsed.errorMessage).toBeTruthy();
+        });
+      }
+
+      it('negative control: an unknown flag is reported as such', async () => {
+        const ctx = contextFor(cli, VARIANTS[cli][0]!);
+        const inv = adapter.buildInvocation(ctx);
+        inv.argv.splice(FLAG_SLOT[cli], 0, '--definitely-not-a-flag');
+        const result = await runInvocation(cli, ctx, inv, CONTROL_TIMEOUT_MS);
+        process.stderr.write(`[real-cli] ${cli} / negative control: ${summary(result)}\n`);
+        expect(result.timedOut, summary(result)).toBe(false);
+        expect(ARGV_COMPLAINTS.some((re) => re.test(`${result.stdout}\n${result.stderr}`)), summary(result)).toBe(true);
+      });
+    });
+  });
+}
