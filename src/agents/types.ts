@@ -97,6 +97,8 @@ export interface BackendAdapter {
   /** Whether the CLI can be given this server as an MCP server (delegate: true). */
   supportsDelegate: boolean;
   buildInvocation(ctx: InvocationContext): Invocation;
+  /** Why this CLI cannot run the definition as written (checked at load and launch: AGENT_UNAVAILABLE), else null. */
+  unsupported?(agent: AgentDefinition): string | null;
   /** Absent for `command`: its stdout is the output verbatim. */
   createParser?(): OutputParser;
   /** argv (after the binary) that prints the version. */

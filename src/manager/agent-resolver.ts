@@ -14,6 +14,8 @@ import { BUNDLED_AGENTS_DIR, type ManagerContext } from './context.js';
 export function locateBackend(def: AgentDefinition, ctx: Pick<ManagerContext, 'settings' | 'env'>): { bin: string | null; problem: string | null } {
   const adapter = adapterFor(def.backend);
   if (!adapter) return { bin: null, problem: `backend ${def.backend} is not supported by this build` };
+  const unsupported = adapter.unsupported?.(def) ?? null;
+  if (unsupported) return { bin: null, problem: unsupported };
   if (def.backend === 'command') {
     const argv0 = expandAgentDir(def.command?.[0] ?? '', def.path);
     const bin = resolveBin(argv0, { pathEnv: ctx.env.PATH });

@@ -56,14 +56,20 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
   writeFileAtomic(systemPromptFile, spec.agent.body, { durable: false });
   const scratchDir = path.join(paths.promptsDir, `${stepKey}.d`);
   ensurePrivateDir(scratchDir);
-  const inv: Invocation = adapter.buildInvocation({
-    agent: spec.agent,
-    model: spec.model ?? spec.agent.model,
-    systemPromptFile,
-    taskFile,
-    scratchDir,
-    delegateServer: input.delegateServer,
-  });
+  let inv: Invocation;
+  try {
+    inv = adapter.buildInvocation({
+      agent: spec.agent,
+      model: spec.model ?? spec.agent.model,
+      systemPromptFile,
+      taskFile,
+      scratchDir,
+      delegateServer: input.delegateServer,
+    });
+  } catch (e) {
+    // An adapter refuses what its CLI cannot enforce (e.g. a tool allowlist): the step fails with that reason.
+    return { exitCode: null, signal: null, outputBytes: 0, outputTruncated: false, parsed: null, stoppedFor: null, spawnError: `the ${spec.agent.backend} adapter refused: ${(e as Error).message}`.slice(0, 400), process: null };
+  }
   if (inv.taskVia === 'file') writeFileAtomic(taskFile, input.task, { durable: false });
   for (const f of inv.files ?? []) writeFileAtomic(f.path, f.content, { durable: false });
 

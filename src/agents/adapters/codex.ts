@@ -28,15 +28,18 @@ export const codexAdapter: BackendAdapter = {
   supportsDelegate: true,
   versionArgs: ['--version'],
   buildInvocation: buildCodexInvocation,
+  unsupported: (agent) => (agent.tools !== undefined ? CODEX_TOOLS_UNSUPPORTED : null),
   createParser: () => new CodexParser(),
 };
+
+const CODEX_TOOLS_UNSUPPORTED = 'codex cannot restrict tools: remove `tools` from the agent file and use `permissions` (read-only | edit | full)';
 
 function buildCodexInvocation(ctx: InvocationContext): Invocation {
   const { agent } = ctx;
   if (agent.tools !== undefined) {
     // Codex has no per-tool allowlist for its built-in tools; honouring `tools` by ignoring it would leave the
     // agent unrestricted, so the step is refused instead (permissions map onto the sandbox).
-    throw new Error('codex cannot restrict tools: remove `tools` from the agent file and use `permissions` (read-only | edit | full)');
+    throw new Error(CODEX_TOOLS_UNSUPPORTED);
   }
   const argv = [
     agent.bin,

@@ -44,6 +44,9 @@ describe('codex adapter: invocation', () => {
 
   it('refuses a tools list it cannot enforce', () => {
     expect(() => codexAdapter.buildInvocation(contextOf({ backend: 'codex', tools: ['shell'] }))).toThrow(/cannot restrict tools/);
+    // …and says so up front, so `agents` shows it unavailable and launch answers AGENT_UNAVAILABLE before any spawn.
+    expect(codexAdapter.unsupported!(contextOf({ backend: 'codex', tools: ['shell'] }).agent)).toMatch(/cannot restrict tools/);
+    expect(codexAdapter.unsupported!(contextOf({ backend: 'codex' }).agent)).toBeNull();
   });
 
   it('adds the delegate server by config override, passing its environment by name only', () => {
