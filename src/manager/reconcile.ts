@@ -38,8 +38,11 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
     const after = await ctx.store.update(runId, (cur) => (cur.state === 'starting'
       ? ended(cur, 'failed', { code: 'HANDSHAKE_FAILED', message: 'the launching server ended before the run started; no agent was started' })
       : null), { durable: true });
-    if (after.state === 'failed' && ready && isAlive(ready)) {
-      await terminateProcesses(() => findRunProcesses({ pgids: runnerGroups(ready) }), 0);
+    // Re-read: a runner that reported ready after our first look checks status only after writing ready.json, so
+    // either it sees the run ended and exits, or we see its report here and stop it.
+    const readyNow = ready ?? readJsonFile<ProcessIdentity>(paths.ready);
+    if (after.state === 'failed' && readyNow && isAlive(readyNow)) {
+      await terminateProcesses(() => findRunProcesses({ pgids: runnerGroups(readyNow) }), 0);
     }
     if (after.state === 'failed') await releaseLedger(ctx, runId, record.depth === 0, record.rootRunId, true, status);
     return;

@@ -22,6 +22,15 @@ async function hangBeforeReady(): Promise<void> {
   process.exit(3);
 }
 
+function abandoned(paths: RunPaths): boolean {
+  try {
+    const s = readJsonFile<{ state: string }>(paths.status);
+    return s !== null && s.state !== 'starting';
+  } catch {
+    return false;
+  }
+}
+
 async function main(): Promise<number> {
   installClockJump(process.env.SUBAGENTS_TEST_FAULT);
   process.umask(0o077);
@@ -41,6 +50,12 @@ async function main(): Promise<number> {
   const me = selfIdentity();
   writeFileAtomic(paths.ready, JSON.stringify({ pid: me.pid, startTime: me.startTime, at: new Date().toISOString() }), { durable: false });
   fault('after-ready');
+  // A launch whose server died before we reported ready may already be ended by a reconciler that could not know our
+  // pid (it re-reads ready.json after ending the run, so one of us always sees the other): nobody will say proceed.
+  if (abandoned(paths)) {
+    process.stderr.write('runner: the launch was ended before this runner reported ready; exiting without starting an agent\n');
+    return 3;
+  }
   const supervisorLoading = import('./supervise.js');
   supervisorLoading.catch(() => {});
   // A server that never says proceed (it died, or gave up) must not leave us waiting: exit on our own.
