@@ -384,11 +384,11 @@ class Executor {
     }
     // The last step that ran: for a parallel run its one group, all members joined.
     writeFileAtomic(this.paths.runOutput, lastText, { durable: false });
-    this.status = this.store.updateLocked(this.runId, () => ({ ...this.status, state, error, endedAt: now }), { durable: true });
+    this.status = this.store.updateLocked(this.runId, () => ({ ...this.status, state, error, endedAt: now }), { durable: true, repairFrom: this.status });
   }
 
   private async write(): Promise<void> {
-    const stored = await persistently(() => this.store.update(this.runId, () => this.status));
+    const stored = await persistently(() => this.store.update(this.runId, () => this.status, { repairFrom: this.status }));
     if (isTerminalRun(stored.state) && stored !== this.status) {
       // Someone ended the run while we live (it cannot normally happen: others write only when we are gone).
       this.stop('CANCELLED');

@@ -9,6 +9,12 @@ import { Layout, RunPaths } from './layout.js';
 import { withLock } from './lock.js';
 import { isTerminalRun, type AppendRecord, type RunRecord, type RunStatus } from './run-types.js';
 
+export interface UpdateOptions {
+  durable?: boolean;
+  /** Only the live runner passes this: its in-memory status replaces a status.json that is missing or does not parse. */
+  repairFrom?: RunStatus;
+}
+
 /** Files of runs: records, status with compare-and-set of terminal states, appends, markers. */
 export class RunStore {
   constructor(readonly layout: Layout) {}
@@ -54,13 +60,24 @@ export class RunStore {
    * Read-modify-write of status under the run lock. A terminal state never changes again: once the stored state is
    * terminal, `mutate` is not called and the stored status is returned (the first terminal state wins).
    */
-  async update(runId: string, mutate: (s: RunStatus) => RunStatus | null, options: { durable?: boolean } = {}): Promise<RunStatus> {
+  async update(runId: string, mutate: (s: RunStatus) => RunStatus | null, options: UpdateOptions = {}): Promise<RunStatus> {
     return this.withRunLock(runId, () => this.updateLocked(runId, mutate, options));
   }
 
   /** The same, for a caller that already holds the run lock. */
-  updateLocked(runId: string, mutate: (s: RunStatus) => RunStatus | null, options: { durable?: boolean } = {}): RunStatus {
-    const current = this.readStatus(runId);
+  updateLocked(runId: string, mutate: (s: RunStatus) => RunStatus | null, options: UpdateOptions = {}): RunStatus {
+    let current: RunStatus | null;
+    try {
+      current = this.readStatus(runId);
+    } catch (e) {
+      if (!options.repairFrom) throw e;
+      current = null;
+    }
+    if (!current && options.repairFrom) {
+      // The live runner is the single writer and knows the truth: a damaged or vanished file is rewritten from it.
+      current = structuredClone(options.repairFrom);
+      this.event(runId, { type: 'status-repaired' });
+    }
     if (!current) throw new SubagentError('STATE_CORRUPT', `status.json of ${runId} is missing.`);
     if (isTerminalRun(current.state)) return current;
     const next = mutate(structuredClone(current));

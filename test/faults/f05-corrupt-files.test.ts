@@ -2,7 +2,8 @@
  * F5 — torn and corrupt state files (SPEC §8.6). Real server over stdio, real runs; then files are damaged the way a
  * crash or a disk leaves them: a status.json cut mid-write, one that is empty / NUL-filled / valid JSON of the wrong
  * shape, garbage in the middle of an event log, an unparseable session registry file.
- * Expect: status by id answers STATE_CORRUPT naming the file — for that run only; listings still return every run
+ * Expect: status by id answers STATE_CORRUPT naming the file — for that run only (a live run's runner, the status's
+ * single writer, rewrites it from memory at its next write); listings still return every run
  * (the damaged one marked STATE_CORRUPT), the other runs stay readable and usable, the events resource skips the
  * garbled lines, restore still works over a damaged session file, and the server keeps serving new launches.
  */
@@ -93,6 +94,29 @@ describe('F5 torn and corrupt state files', () => {
     const n = sc(await s.call('launch', { agent: 'echo', task: 'after the damage' }));
     expect((await waitTerminal(s, n.runId)).output.text).toBe('after the damage');
     expect(s.stderr()).not.toMatch(/internal error/);
+  });
+
+  it('a status torn while its run is live is rewritten by the runner (its single writer), and the run ends normally', async () => {
+    writeAgent(path.join(t.home, 'agents'), 'pause', { backend: 'command', command: ['node', FAKE, 'sleep', '2000'] });
+    const r = await s.call('launch', { agent: 'pause', task: 'x' });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    const id = sc(r).runId as string;
+    const file = runFile(id, 'status.json');
+    const text = fs.readFileSync(file, 'utf8');
+    fs.writeFileSync(file, text.slice(0, 40)); // torn while the agent runs
+    const mid = await s.call('status', { runId: id });
+    expect(textOf(mid)).toMatch(/^STATE_CORRUPT: |"state"/); // corrupt until the runner's next write, never a crash
+    // Bounded wait: STATE_CORRUPT answers are expected until the runner's next write repairs the file.
+    let fin: Record<string, any> = {};
+    for (let i = 0; i < 120 && !['completed', 'failed', 'cancelled'].includes(fin.state); i++) {
+      const st = await s.call('status', { runId: id, waitMs: 500 });
+      fin = st.isError ? {} : sc(st);
+      if (st.isError) await new Promise((res) => setTimeout(res, 250));
+    }
+    expect(fin.state).toBe('completed');
+    expect(fin.output.text).toContain('slept');
+    expect(() => JSON.parse(fs.readFileSync(file, 'utf8'))).not.toThrow();
+    expect(fs.readFileSync(runFile(id, 'events.jsonl'), 'utf8')).toContain('"status-repaired"');
   });
 
   it('an unparseable session registry file does not hide runs: restore adopts them and listings work', async () => {
