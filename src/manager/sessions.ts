@@ -30,7 +30,8 @@ export class SessionView {
       v: 1, sessionId: this.sessionId, startedAt: existing?.startedAt ?? this.own.startedAt,
       client: client ?? existing?.client ?? this.own.client, ancestors: [...ancestors],
     };
-    this.registry.write(this.own);
+    // Not an acknowledgement (restore's write is): no fsync, so start-up and initialize stay quick.
+    this.registry.write(this.own, { durable: false });
   }
 
   /** The recorded direct ancestors of this session (memory, file and rebuilt markers together). */
@@ -49,7 +50,7 @@ export class SessionView {
   /** Writes this session's record back if it was deleted or damaged behind our back. */
   heal(): void {
     try {
-      if (this.registry.read(this.sessionId) === null) this.registry.write(this.own);
+      if (this.registry.read(this.sessionId) === null) this.registry.write(this.own, { durable: false });
     } catch { /* best effort: the next call tries again */ }
   }
 

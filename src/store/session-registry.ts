@@ -43,10 +43,11 @@ export class SessionRegistry {
     }
   }
 
-  write(rec: SessionRecord): void {
+  /** `durable: false` for what is not an acknowledgement (client info, a record written back): no fsync wait. */
+  write(rec: SessionRecord, options: { durable?: boolean } = {}): void {
     ensurePrivateDir(this.dir);
     const f = this.file(rec.sessionId);
-    if (f) writeFileAtomic(f, JSON.stringify(rec));
+    if (f) writeFileAtomic(f, JSON.stringify(rec), { durable: options.durable ?? true });
   }
 
   exists(id: string): boolean {
