@@ -1,5 +1,5 @@
-// Capacity under contention: 4 servers on one state home launch as fast as they can against SUBAGENTS_MAX_ACTIVE_RUNS
-// = 16 for a fixed time (agents hold their slot ~1 s, so the cap fills). Prints admitted launches per second, the
+// Capacity under contention: 4 servers on one state home, each with 8 launch loops in flight (32 callers), launch as
+// fast as they can against SUBAGENTS_MAX_ACTIVE_RUNS = 16 for a fixed time (agents hold their slot ~2 s, so the cap fills). Prints admitted launches per second, the
 // latency of an admitted launch and of a refusal, and the most active runs ever seen in the ledger and as live
 // runner processes — which must equal the cap and never exceed it (printed, like every figure; speed never fails).
 import fs from 'node:fs';
@@ -9,7 +9,9 @@ import { note, now, reapHome, report, runBench, serverEnv, sleep, startServer, t
 const SERVERS = 4;
 const CAP = 16;
 const SECONDS = Number(process.env.BENCH_CAPACITY_SECONDS) || 8;
-const HOLD_S = process.env.BENCH_CAPACITY_HOLD_S ?? '1';
+const HOLD_S = process.env.BENCH_CAPACITY_HOLD_S ?? '2';
+/** Concurrent launch loops per server: together more than the cap, so refusals happen and the cap fills. */
+const IN_FLIGHT = 8;
 
 function activeRoots(home) {
   try { return Object.keys(JSON.parse(fs.readFileSync(path.join(home, 'ledger.json'), 'utf8')).roots).length; } catch { return 0; }
@@ -64,7 +66,7 @@ runBench(async () => {
   try {
     const t0 = now();
     const end = t0 + SECONDS * 1000;
-    await Promise.all(servers.map(async (s) => {
+    await Promise.all(servers.flatMap((s) => Array.from({ length: IN_FLIGHT }, () => s)).map(async (s) => {
       while (now() < end) {
         const a = now();
         const r = await s.call('launch', { agent: 'hold', task: 'x' }, { allowError: true });
@@ -83,7 +85,7 @@ runBench(async () => {
     await until(() => activeRoots(h.home) === 0, 60_000, 50);
     sampling = false;
     await observer;
-    note(`${SERVERS} servers, cap ${CAP}, agents hold their slot ${HOLD_S} s, ${elapsedS.toFixed(1)} s of launching`);
+    note(`${SERVERS} servers × ${IN_FLIGHT} launch loops, cap ${CAP}, agents hold their slot ${HOLD_S} s, ${elapsedS.toFixed(1)} s of launching`);
     note(`admitted launches/s: ${(admittedMs.length / elapsedS).toFixed(1)} (${admittedMs.length} admitted, ${refusedMs.length} CAPACITY_EXHAUSTED${other.size ? `, other: ${[...other].map(([k, v]) => `${k} ${v}`).join(', ')}` : ''})`);
     report('admitted launch (reserve → runner ready → proceed → answer)', admittedMs, null);
     if (refusedMs.length) report('CAPACITY_EXHAUSTED refusal', refusedMs, null);
