@@ -122,7 +122,11 @@ export async function startServer(env, o = {}) {
   let err = '';
   transport.stderr?.on('data', (c) => { err += c.toString(); if (err.length > 100_000) err = err.slice(-50_000); });
   const client = new Client({ name: 'bench', version: '1' }, { capabilities: {} });
-  await client.connect(transport);
+  try {
+    await client.connect(transport);
+  } catch (e) {
+    throw new Error(`${[command, ...args].join(' ')} did not start: ${e.message}; its stderr: ${err.slice(-2000)}`);
+  }
   const connectMs = now() - t0;
   const call = async (name, a = {}, opts = {}) => {
     const r = await client.callTool({ name, arguments: a }, undefined, { timeout: 120_000, ...opts });
@@ -156,6 +160,18 @@ export function rssMiB(pid) {
   try {
     const m = /VmRSS:\s+(\d+) kB/.exec(fs.readFileSync(`/proc/${pid}/status`, 'utf8'));
     return m ? Number(m[1]) / 1024 : NaN;
+  } catch {
+    return NaN;
+  }
+}
+
+/**
+ * CPU time a process has spent on a CPU so far, in ms (/proc/<pid>/schedstat, ns resolution). Unlike wall time it
+ * hardly moves with the machine's load, so it is the steadier figure when other work shares the cores.
+ */
+export function cpuMs(pid) {
+  try {
+    return Number(fs.readFileSync(`/proc/${pid}/schedstat`, 'utf8').split(' ')[0]) / 1e6;
   } catch {
     return NaN;
   }

@@ -1,14 +1,13 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport, getDefaultEnvironment } from '@modelcontextprotocol/sdk/client/stdio.js';
 import type { Settings } from '../config.js';
 import { formatBytes, formatDuration } from './format.js';
 import { Progress } from './progress.js';
+import { MAIN_JS as MAIN } from '../paths.js';
 
-const MAIN = path.join(path.dirname(fileURLToPath(import.meta.url)), '..', 'main.js');
 const TERMINAL = ['completed', 'failed', 'cancelled'];
 
 function say(line: string): void {

@@ -1,5 +1,3 @@
-import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 import type { Settings } from '../config.js';
 import type { ProcessIdentity } from '../process/identity.js';
 import { Layout } from '../store/layout.js';
@@ -25,10 +23,8 @@ export interface ManagerContext {
   log: (line: string) => void;
 }
 
-const here = path.dirname(fileURLToPath(import.meta.url));
-/** The built runner entry and the bundled agents, relative to this file in dist/. */
-export const RUNNER_MAIN = path.join(here, '..', 'runner', 'main.js');
-export const BUNDLED_AGENTS_DIR = path.join(here, '..', '..', 'agents');
+/** The built runner entry and the bundled agents (src/paths.ts: correct in the tsc build and in the bundle). */
+export { RUNNER_MAIN, BUNDLED_AGENTS_DIR } from '../paths.js';
 
 export function makeStore(settings: Settings): { layout: Layout; store: RunStore } {
   const layout = new Layout(settings.home);

@@ -15,6 +15,7 @@ import {
   type StepSpec, type StepStatus,
 } from '../store/run-types.js';
 import { SubagentError, type RunErrorCode } from '../errors.js';
+import { MAIN_JS } from '../paths.js';
 import { readTail, runAgentProcess } from './agent-process.js';
 import { claimAgentSlot, releaseAgentSlot, releaseRunSlotsLocked, setAgentSlotProcess } from './agent-slots.js';
 import { newStepStatus } from './step-status.js';
@@ -440,9 +441,8 @@ function safeStatus(store: RunStore, runId: string): RunStatus | null {
 
 /** The command that starts this same server, for `delegate: true` (the nesting variables travel in its env). */
 function delegateServerFor(env: Record<string, string>): { command: string; args: string[]; env: Record<string, string> } {
-  const main = path.join(path.dirname(path.dirname(new URL(import.meta.url).pathname)), 'main.js');
   const keep = Object.fromEntries(Object.entries(env).filter(([k]) => k.startsWith('SUBAGENTS_')));
-  return { command: process.execPath, args: [main, 'serve'], env: keep };
+  return { command: process.execPath, args: [MAIN_JS, 'serve'], env: keep };
 }
 
 export type { RunErrorCode };

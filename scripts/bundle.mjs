@@ -1,0 +1,52 @@
+// Bundles the server into dist/main.js (plus lazily loaded dist/chunk-*.js: the command line's and the demo
+// client's code load only when used), after tsc has built dist/. A cold start then parses a few files instead of
+// several hundred modules of the SDK, zod and ajv (perf: cold start ~2× faster, see docs/performance.md).
+// The runner (dist/runner/main.js) stays tsc's output: it loads only Node built-ins before it reports ready.
+// Every chunk lands in dist/ itself, so src/paths.ts finds dist/ from import.meta.url in either build.
+// Without esbuild (SUBAGENTS_NO_BUNDLE=1, or the module missing) dist/main.js stays the unbundled tsc entry.
+import fs from 'node:fs';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const dist = path.join(repo, 'dist');
+
+export async function bundle() {
+  if (process.env.SUBAGENTS_NO_BUNDLE === '1') return false;
+  let esbuild;
+  try {
+    esbuild = await import('esbuild');
+  } catch {
+    process.stderr.write('bundle: esbuild is not installed; dist/main.js stays unbundled (slower cold start)\n');
+    return false;
+  }
+  const tmp = fs.mkdtempSync(path.join(dist, '.bundle-'));
+  try {
+    await esbuild.build({
+      entryPoints: [path.join(repo, 'src', 'main.ts')],
+      outdir: tmp,
+      entryNames: '[name]',
+      chunkNames: 'chunk-[hash]',
+      bundle: true,
+      splitting: true,
+      format: 'esm',
+      platform: 'node',
+      target: 'node20',
+      minify: true,
+      sourcemap: 'linked',
+      legalComments: 'none',
+      logLevel: 'warning',
+      // CommonJS dependencies (proper-lockfile, commander) call require() on built-ins.
+      banner: { js: "import{createRequire as __subagentsRequire}from'node:module';const require=__subagentsRequire(import.meta.url);" },
+    });
+    for (const name of fs.readdirSync(dist)) if (/^chunk-[A-Z0-9]+\.js(\.map)?$/.test(name)) fs.rmSync(path.join(dist, name));
+    // tsc's own entry stays runnable next to the bundle (bench/coldstart.mjs compares the two in one run).
+    fs.copyFileSync(path.join(dist, 'main.js'), path.join(dist, 'main.unbundled.js'));
+    for (const name of fs.readdirSync(tmp)) fs.renameSync(path.join(tmp, name), path.join(dist, name));
+  } finally {
+    fs.rmSync(tmp, { recursive: true, force: true });
+  }
+  return true;
+}
+
+if (process.argv[1] && path.resolve(process.argv[1]) === fileURLToPath(import.meta.url)) await bundle();
