@@ -3,8 +3,9 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { renderSchemas, SCHEMAS_DIR, staleSchemas } from '../../src/scripts/gen-schemas.js';
-import { tempStateHome } from '../helpers/state-home.js';
-import { startServer, type Started } from '../helpers/server.js';
+import { FIXTURE_AGENTS } from '../helpers/paths.js';
+import { tempStateHome, writeAgent } from '../helpers/state-home.js';
+import { sc, startServer, textOf, type Started } from '../helpers/server.js';
 
 /** Every `$ref` anywhere in a JSON value, by path. */
 function refsIn(v: unknown, at = '$'): string[] {
@@ -46,7 +47,11 @@ describe('published tool schemas (tools/list of the built server)', () => {
   let tools: Array<{ name: string; inputSchema: Record<string, unknown>; outputSchema?: Record<string, unknown>; annotations?: Record<string, unknown>; title?: string }>;
   beforeAll(async () => {
     t = tempStateHome();
-    s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root });
+    const fake = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
+    writeAgent(path.join(t.home, 'agents'), 'echo', { backend: 'command', command: ['node', fake, 'echo'] });
+    writeAgent(path.join(t.home, 'agents'), 'fails', { backend: 'command', command: ['node', fake, 'exit', '3'] });
+    s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_SESSION_ID: 'schema-test-session-0001' });
+    // After tools/list the SDK client validates every structuredContent against the tool's outputSchema.
     tools = (await s.client.listTools()).tools as typeof tools;
   });
   afterAll(async () => {
@@ -80,6 +85,32 @@ describe('published tool schemas (tools/list of the built server)', () => {
       expect(typeof sch.properties, tool.name).toBe('object');
     }
     for (const tool of tools) expect(refsIn(tool.outputSchema), `${tool.name} output`).toEqual([]);
+  });
+
+  it('every tool\'s structured result validates against its published outputSchema (single, parallel, chain, failed runs)', async () => {
+    const ok = async (tool: string, args: Record<string, unknown>) => {
+      const r = await s.call(tool, args); // throws when structuredContent does not match the outputSchema
+      expect(r.isError, `${tool}: ${textOf(r)}`).toBeFalsy();
+      expect(r.structuredContent, tool).toBeTruthy();
+      return sc(r);
+    };
+    await ok('agents', {});
+    const launched = [
+      await ok('launch', { agent: 'echo', task: 'one', label: 'single' }),
+      await ok('launch', { tasks: [{ agent: 'echo', task: 'a' }, { agent: 'fails', task: 'b' }] }),
+      await ok('launch', { chain: [{ agent: 'echo', task: 'first' }, { parallel: [{ agent: 'echo', task: '{previous} again' }] }] }),
+      await ok('launch', { agent: 'fails', task: 'x' }),
+    ];
+    for (const l of launched) {
+      let v = await ok('status', { runId: l.runId, waitMs: 20_000, until: 'terminal' });
+      while (!['completed', 'failed', 'cancelled'].includes(v.state)) v = await ok('status', { runId: l.runId, waitMs: 20_000, until: 'terminal' });
+      await ok('status', { runId: l.runId, outputBytes: 256 });
+    }
+    await ok('status', {});
+    await ok('status', { all: true, waitMs: 100 });
+    await ok('cancel', { runId: launched[0]!.runId });
+    await ok('dismiss', { runId: launched[0]!.runId });
+    await ok('restore', { lineage: ['schema-test-session-0001'] });
   });
 
   it('the files in schemas/ are exactly what tools/list publishes', () => {
