@@ -81,7 +81,12 @@ describe('the command line for people', () => {
     const otherSession = sc(r).sessionId as string;
     await other.close();
 
-    const table = await cli(['runs'], env);
+    // Read-only commands, independent of each other: started together.
+    const [table, jsonOut, activeOut, sessionOut, show, showJson, logs] = await Promise.all([
+      cli(['runs'], env), cli(['runs', '--json'], env), cli(['runs', '--json', '--state', 'active'], env),
+      cli(['runs', '--json', '--session', otherSession.slice(0, 8)], env), cli(['show', done], env),
+      cli(['show', done.slice(0, 8), '--json'], env), cli(['logs', done], env),
+    ]);
     expect(table.code).toBe(0);
     const lines = table.stdout.trim().split('\n');
     expect(lines[0]).toMatch(/^RUN\s+STATE\s+AGENTS\s+AGE\s+DURATION\s+SESSION\s+LABEL$/);
@@ -91,22 +96,21 @@ describe('the command line for people', () => {
     expect(lines[2]).toContain(done);
     expect(lines[2]).toMatch(/completed/);
 
-    const json = JSON.parse((await cli(['runs', '--json'], env)).stdout);
+    const json = JSON.parse(jsonOut.stdout);
     expect(json.runs.map((x: any) => x.runId)).toEqual([live, done]);
     expect(json.runs[1]).toMatchObject({ state: 'completed', agents: ['echo'], label: 'first-label', depth: 0 });
     expect(json.runs[1].durationMs).toBeGreaterThanOrEqual(0);
-    const active = JSON.parse((await cli(['runs', '--json', '--state', 'active'], env)).stdout);
+    const active = JSON.parse(activeOut.stdout);
     expect(active.runs.map((x: any) => x.runId)).toEqual([live]);
-    const bySession = JSON.parse((await cli(['runs', '--json', '--session', otherSession.slice(0, 8)], env)).stdout);
+    const bySession = JSON.parse(sessionOut.stdout);
     expect(bySession.runs.map((x: any) => x.runId)).toEqual([live]);
 
-    const show = await cli(['show', done], env);
     expect(show.code).toBe(0);
     expect(show.stdout).toContain(`run ${done}`);
     expect(show.stdout).toMatch(/state:\s+completed/);
     expect(show.stdout).toMatch(/\[0\] echo: completed — backend command, pid \d+, exit 0, 23 B output/);
     expect(show.stdout).toContain(path.join(t.home, 'runs', done, 'out', '0.txt'));
-    const detail = JSON.parse((await cli(['show', done.slice(0, 8), '--json'], env)).stdout);
+    const detail = JSON.parse(showJson.stdout);
     expect(detail.runId).toBe(done);
     expect(detail.steps[0]).toMatchObject({ state: 'completed', exitCode: 0, outputBytes: 23, backend: 'command' });
     expect(detail.steps[0].process.pid).toBeGreaterThan(0);
@@ -115,7 +119,6 @@ describe('the command line for people', () => {
     for (const f of ['record', 'status', 'events', 'runnerLog']) expect(detail.files[f].path.startsWith(path.join(t.home, 'runs', done))).toBe(true);
     expect(detail.events.map((e: any) => e.type)).toContain('ended');
 
-    const logs = await cli(['logs', done], env);
     expect(logs.code).toBe(0);
     expect(logs.stdout).toBe('hello from the cli test\n');
 
@@ -177,10 +180,12 @@ describe('the command line for people', () => {
     const d = await cli(['dismiss', live, '--cancel'], env);
     expect(d.code).toBe(0);
     expect(d.stdout).toMatch(/dismissed \(cancelled first, cancelled\)/);
-    expect((await cli(['runs'], env)).stdout).not.toContain(live);
-    expect((await cli(['runs', '--all'], env)).stdout).toMatch(new RegExp(`${live}.*\\[dismissed\\]`));
-    expect(JSON.parse((await cli(['show', live, '--json'], env)).stdout).dismissed).toBe(true);
-    const twice = await cli(['dismiss', live], env);
+    const [listed, listedAll, shown, twice] = await Promise.all([
+      cli(['runs'], env), cli(['runs', '--all'], env), cli(['show', live, '--json'], env), cli(['dismiss', live], env),
+    ]);
+    expect(listed.stdout).not.toContain(live);
+    expect(listedAll.stdout).toMatch(new RegExp(`${live}.*\\[dismissed\\]`));
+    expect(JSON.parse(shown.stdout).dismissed).toBe(true);
     expect(twice.code).toBe(0);
     expect(twice.stdout).toContain('already dismissed');
   });
