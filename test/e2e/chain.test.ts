@@ -17,6 +17,7 @@ describe.concurrent('chains: {previous}, the step tree, failure and cancel seman
     writeAgent(dir, 'echo', { backend: 'command', command: [CAT] });
     writeAgent(dir, 'echo2', { backend: 'command', command: [CAT] });
     writeAgent(dir, 'fail', { backend: 'command', command: ['/bin/sh', '-c', 'echo bye; exit 3'] });
+    writeAgent(dir, 'false', { backend: 'command', command: ['/bin/sh', '-c', 'exit 1'] });
     writeAgent(dir, 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
     s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_KILL_GRACE_MS: '300' });
   });
@@ -138,6 +139,15 @@ describe.concurrent('chains: {previous}, the step tree, failure and cancel seman
     expect(fin.state).toBe('completed');
     expect(fin.output.text).toBe('### echo #0\n\np\n\n### echo #1\n\nq');
     expect(fs.readFileSync(path.join(t.home, 'runs', l.runId, 'out', 'run.txt'), 'utf8')).toBe(fin.output.text);
+  });
+
+  it('a run whose first step fails at once is launched all the same (never HANDSHAKE_FAILED)', async () => {
+    for (const args of [{ agent: 'false', task: 'x' }, { chain: [{ agent: 'false', task: 'x' }, { agent: 'echo', task: 'y' }] }, { tasks: [{ agent: 'false', task: 'x' }] }]) {
+      const l = await ok(s, 'launch', args);
+      const fin = await waitTerminal(s, l.runId);
+      expect(fin.state).toBe('failed');
+      expect(fin.error.code).toBe('STEP_FAILED');
+    }
   });
 
   it('refuses malformed chain and parallel shapes with INVALID_INPUT', async () => {
