@@ -1,9 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { execa } from 'execa';
 import { adapterFor } from '../agents/adapters/index.js';
-import { buildAgentEnv, globToRegExp, isNeverPass } from '../agents/agent-env.js';
-import { resolveBin } from '../agents/resolve-bin.js';
+import { globToRegExp, isNeverPass } from '../agents/agent-env.js';
 import { BACKENDS, type Backend } from '../agents/types.js';
 import { flagName, type Settings } from '../config.js';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
@@ -11,7 +9,7 @@ import { readJsonFile } from '../store/json-file.js';
 import { readLedger } from '../store/ledger.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { checkStateHome } from '../store/state-home.js';
-import { listAgents } from './agent-list.js';
+import { listAgents, listBackends } from './agent-list.js';
 import { loadFullCatalog } from './agent-resolver.js';
 import type { ManagerContext } from './context.js';
 import { listAll } from './listing.js';
@@ -50,8 +48,6 @@ export interface DoctorReport {
   warnings: string[];
 }
 
-const VERSION_TIMEOUT_MS = 5000;
-
 function settingRows(s: Settings): DoctorReport['settings'] {
   const rows: DoctorReport['settings'] = [];
   const add = (env: string, key: string, value: string) => rows.push({ env, flag: flagName(env), value, source: s.sources[key] ?? 'default' });
@@ -74,30 +70,6 @@ function settingRows(s: Settings): DoctorReport['settings'] {
   add('SUBAGENTS_MAX_OUTPUT_BYTES', 'maxOutputBytes', String(s.maxOutputBytes));
   for (const [b, bin] of Object.entries(s.bins)) rows.push({ env: `SUBAGENTS_BIN_${b.toUpperCase()}`, flag: '-', value: bin, source: 'env' });
   return rows;
-}
-
-async function checkBackend(backend: Backend, ctx: Pick<ManagerContext, 'settings' | 'env'>): Promise<DoctorReport['backends'][number]> {
-  const adapter = adapterFor(backend);
-  if (!adapter) return { backend, bin: null, found: false, version: null, usable: false, problem: 'no adapter for this backend in this build' };
-  const override = ctx.settings.bins[backend];
-  const bin = resolveBin(adapter.binName, { override, pathEnv: ctx.env.PATH });
-  if (!bin) {
-    const problem = override
-      ? `SUBAGENTS_BIN_${backend.toUpperCase()} does not name an executable file`
-      : `${adapter.binName} not found on PATH (install it, or set SUBAGENTS_BIN_${backend.toUpperCase()})`;
-    return { backend, bin: null, found: false, version: null, usable: false, problem };
-  }
-  // Run it as an agent would be run: the same allowlisted environment, no stdin, bounded in time.
-  const env = buildAgentEnv({ source: ctx.env, passEnv: ctx.settings.passEnv, credentialEnv: adapter.credentialEnv, agentEnv: [], extra: {} });
-  const r = await execa(bin, adapter.versionArgs.length ? adapter.versionArgs : ['--version'], {
-    env, extendEnv: false, stdin: 'ignore', reject: false, timeout: VERSION_TIMEOUT_MS, forceKillAfterDelay: 1000,
-    maxBuffer: 64 * 1024, cleanup: true,
-  });
-  const text = `${r.stdout ?? ''}`.trim() || `${r.stderr ?? ''}`.trim();
-  const version = text.split('\n')[0]?.replace(/[\u0000-\u001f\u007f]/g, '').slice(0, 80) || null;
-  if (r.timedOut) return { backend, bin, found: true, version: null, usable: false, problem: `${path.basename(bin)} --version did not answer within ${VERSION_TIMEOUT_MS} ms` };
-  if (r.exitCode !== 0) return { backend, bin, found: true, version, usable: false, problem: `${path.basename(bin)} --version exited with ${r.exitCode ?? r.signal ?? 'an error'}` };
-  return { backend, bin, found: true, version, usable: true };
 }
 
 function lastActivityMs(ctx: ManagerContext, runId: string): number {
@@ -160,7 +132,11 @@ export async function runDoctor(ctx: ManagerContext, version: string): Promise<D
   const safe = check.problems.length === 0 && check.exists;
   const runIds = safe ? ctx.store.listRunIds() : [];
 
-  const backends = await Promise.all(BACKENDS.filter((b) => b !== 'command').map((b) => checkBackend(b, ctx)));
+  // The same probe as the agents tool (found, version, problem), waited for to the end: each --version is bounded.
+  const backends = (await listBackends(ctx)).map((b) => ({
+    backend: b.backend, bin: b.path ?? null, found: b.found, version: b.version ?? null, usable: b.found && !b.problem,
+    ...(b.problem ? { problem: b.problem } : {}),
+  }));
   if (!backends.some((b) => b.usable)) warnings.push('no agent CLI is usable here; only `backend: command` agents (like the demo\'s) can run');
 
   const listing = listAgents(ctx);

@@ -120,6 +120,11 @@ export const AgentsOutput = z.object({
     available: z.boolean(), problem: z.string().optional(), models: z.array(z.string()).optional(),
   })),
   refused: z.array(z.object({ name: z.string().optional(), path: z.string(), source: z.string(), reason: z.string() })),
+  backends: z.array(z.object({
+    backend: z.string(), found: z.boolean(), path: z.string().optional(),
+    version: z.string().optional().describe('First line of the CLI\'s version output; absent while still being read (the next call has it) or when it failed'),
+    problem: z.string().optional().describe('Why this CLI is unusable: not found, or its version command failed or hung'),
+  })).describe('Each agent CLI backend: whether its executable is found (SUBAGENTS_BIN_<BACKEND> or PATH), its version, and why it is unusable if it is'),
 });
 
 export const TOOL_SCHEMAS = {
