@@ -1,3 +1,5 @@
+import fs from 'node:fs';
+import path from 'node:path';
 import lockfile from 'proper-lockfile';
 import { SubagentError } from '../errors.js';
 
@@ -34,7 +36,10 @@ export async function withLock<T>(target: string, fn: () => T | Promise<T>, opti
       });
       break;
     } catch (e) {
-      if ((e as NodeJS.ErrnoException).code !== 'ELOCKED') throw e;
+      // ENOENT: the lock dir existed at mkdir and was released before proper-lockfile could stat it — a lost race with
+      // its holder, not a failure (seen under heavy load as a launch failing at bind). Try again like ELOCKED.
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code !== 'ELOCKED' && !(code === 'ENOENT' && fs.existsSync(path.dirname(target)))) throw e;
       if (performance.now() >= deadline) {
         throw new SubagentError('BUSY', `the ${options.what ?? 'state'} lock stayed held for ${waitMs} ms by another process; retry in a moment.`);
       }

@@ -57,7 +57,7 @@ describe.skipIf(process.platform !== 'linux')('soak', () => {
 
     const call = async (i: number, tool: string, args: Record<string, unknown>) => {
       const s = servers[i];
-      if (!s) return null;
+      if (!s) return undefined; // being replaced
       try { return await s.call(tool, args, { timeout: 30_000 }); } catch { return null; } // its server was killed
     };
 
@@ -66,6 +66,7 @@ describe.skipIf(process.platform !== 'linux')('soak', () => {
         await restarting;
         c.attempts++;
         const r = await call(i, 'launch', { agent: Math.random() < 0.5 ? 'short' : 'quick', task: 'soak' });
+        if (r === undefined) { c.attempts--; await sleep(100); continue; }
         if (r === null) { c.unacknowledged++; await sleep(50); continue; }
         if (r.isError) {
           const code = textOf(r).split(':')[0]!;
@@ -86,17 +87,30 @@ describe.skipIf(process.platform !== 'linux')('soak', () => {
           const pid = st && !st.isError ? (sc(st).runnerPid as number | null) : null;
           if (pid && pidAlive(pid)) { try { process.kill(pid, 'SIGKILL'); c.runnerKills++; } catch { /* ended */ } }
         }
-        if (accepted.size > 0 && accepted.size % 60 === 0 && c.serverKills < Math.floor(accepted.size / 60)) {
-          c.serverKills++;
-          const victim = Math.floor(Math.random() * SERVERS);
-          const old = servers[victim];
-          servers[victim] = null;
-          if (old) { try { process.kill(old.pid, 'SIGKILL'); } catch { /* gone */ } }
-          restarting = start(victim).then(() => {});
-        }
       }
     };
-    await Promise.all(Array.from({ length: SERVERS * LAUNCHERS_PER_SERVER }, (_, k) => launcher(k % SERVERS)));
+    // A server is SIGKILLed mid-traffic and replaced every ~60 accepted launches, and at least every third of the
+    // launch budget (so a slow machine gets its server kills too).
+    let killedAt = 0;
+    const killServer = () => {
+      c.serverKills++;
+      killedAt = accepted.size;
+      const victim = Math.floor(Math.random() * SERVERS);
+      const old = servers[victim];
+      servers[victim] = null;
+      if (old) { try { process.kill(old.pid, 'SIGKILL'); } catch { /* gone */ } }
+      restarting = restarting.then(() => start(victim)).then(() => {});
+    };
+    const chaos = setInterval(() => {
+      if (accepted.size - killedAt >= 60) killServer();
+    }, 200);
+    const timed = setInterval(killServer, Math.min(25_000, (LAUNCH_SECONDS * 1000) / 3));
+    try {
+      await Promise.all(Array.from({ length: SERVERS * LAUNCHERS_PER_SERVER }, (_, k) => launcher(k % SERVERS)));
+    } finally {
+      clearInterval(chaos);
+      clearInterval(timed);
+    }
     await restarting;
     const launchSecs = (performance.now() - began) / 1000;
 
