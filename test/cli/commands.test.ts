@@ -11,7 +11,7 @@ const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
 const GATED = path.join(import.meta.dirname, 'fixtures', 'gated-agent.mjs');
 
 /** The CLI drives runs a real server launched, in one temp state home. */
-describe('the command line for people', () => {
+describe('the command line for people', { timeout: 180_000 }, () => {
   let t: ReturnType<typeof tempStateHome>;
   let s: Started;
   let env: Record<string, string>;

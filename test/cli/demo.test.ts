@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { tempStateHome } from '../helpers/state-home.js';
 import { cli } from './helpers.js';
 
-describe('demo', () => {
+describe('demo', { timeout: 180_000 }, () => {
   let t: ReturnType<typeof tempStateHome>;
   beforeAll(() => { t = tempStateHome('sa-demo-'); });
   afterAll(() => t.cleanup());

@@ -9,7 +9,7 @@ import { cli } from './helpers.js';
 const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
 const SENTINELS = ['SENTINEL-proxy-7f3a', 'SENTINEL-lc-91bd', 'SENTINEL-key-c0de', 'SENTINEL-session-5eed0123'];
 
-describe('doctor', () => {
+describe('doctor', { timeout: 180_000 }, () => {
   let t: ReturnType<typeof tempStateHome>;
   let env: Record<string, string>;
   let project: string;

@@ -16,7 +16,7 @@ export function cli(args: string[], env: Record<string, string>, o: { cwd?: stri
     let stderr = '';
     child.stdout.on('data', (c: Buffer) => { stdout += c.toString(); });
     child.stderr.on('data', (c: Buffer) => { stderr += c.toString(); });
-    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`subagents-mcp ${args.join(' ')} did not exit within ${o.timeoutMs ?? 30_000} ms; stderr: ${stderr}`)); }, o.timeoutMs ?? 30_000);
+    const timer = setTimeout(() => { child.kill('SIGKILL'); reject(new Error(`subagents-mcp ${args.join(' ')} did not exit within ${o.timeoutMs ?? 60_000} ms; stderr: ${stderr}`)); }, o.timeoutMs ?? 60_000);
     child.on('error', (e) => { clearTimeout(timer); reject(e); });
     child.on('close', (code) => { clearTimeout(timer); resolve({ code, stdout, stderr }); });
   });

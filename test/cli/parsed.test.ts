@@ -9,7 +9,7 @@ import { cli, cliStream } from './helpers.js';
  * A backend whose output is parsed (claude's stream-json), with a fake `claude` that the test releases: `logs --raw`
  * follows the raw stream as it grows; plain `logs` shows the final text the adapter parsed from it.
  */
-describe('logs and show for a parsed backend', () => {
+describe('logs and show for a parsed backend', { timeout: 180_000 }, () => {
   let t: ReturnType<typeof tempStateHome>;
   let s: Started;
   let gate: string;

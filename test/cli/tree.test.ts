@@ -10,7 +10,7 @@ const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
 const DELEGATE = path.join(FIXTURE_AGENTS, 'delegating-agent.mjs');
 
 /** A run tree (an agent that delegated through its own MCP client) seen and collected by the CLI as one unit. */
-describe('the CLI and run trees', () => {
+describe('the CLI and run trees', { timeout: 180_000 }, () => {
   let t: ReturnType<typeof tempStateHome>;
   let s: Started;
   beforeAll(async () => {
