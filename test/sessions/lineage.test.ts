@@ -74,7 +74,7 @@ describe('sessions: restore by lineage across server generations', () => {
     // The adopting session may act on the run like its own: dismiss it.
     const d = await c.call('dismiss', { runId: run.runId });
     expect(sc(d)).toMatchObject({ dismissed: true, cancelled: false });
-  });
+  }, 120_000);
 
   it('the registry deleted or truncated while servers run: restore still works, nothing is lost', async () => {
     w = world();
@@ -123,7 +123,7 @@ describe('sessions: restore by lineage across server generations', () => {
     release(w.gates.gate!);
     expect((await waitTerminal(e, run.runId)).output.text).toBe('survives the registry');
     expect(fs.existsSync(path.join(sessionsDir, `${sessA}.json`))).toBe(true);
-  });
+  }, 150_000); // six servers: a bound on hangs that holds on a loaded two-core machine, not a speed check
 
   it('a nested server (started by an agent of a run) refuses restore', async () => {
     w = world();
