@@ -3,7 +3,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FIXTURE_AGENTS } from '../helpers/paths.js';
 import { CAT, procIdentity, stillAlive, waitStatus, ok } from '../helpers/runs.js';
-import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
+import { startServer, waitTerminal, type Started } from '../helpers/server.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 
 const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
@@ -29,16 +29,15 @@ describe('a runner SIGKILLed in the middle of a chain', () => {
   });
 
   it('ends RUNNER_LOST with every member process (and the grandchild) gone, and the later steps skipped', async () => {
-    const r = await s.call('launch', {
+    const l = await ok(s, 'launch', {
       chain: [
         { agent: 'echo', task: 'first' },
         { parallel: [{ agent: 'sleeper', task: 'a' }, { agent: 'forker', task: 'b' }, { agent: 'sleeper', task: 'c' }] },
         { agent: 'echo', task: 'never {previous}' },
       ],
     });
-    expect(r.isError, textOf(r)).toBeFalsy();
-    const runId = sc(r).runId as string;
-    await s.call('append', { runId, step: { agent: 'echo', task: 'appended' } });
+    const runId = l.runId as string;
+    await ok(s, 'append', { runId, step: { agent: 'echo', task: 'appended' } });
     const live = await waitStatus(s, runId, (v) => {
       const m = v.steps[1]?.members ?? [];
       return m[0]?.pid && m[2]?.pid && m[1]?.state === 'completed' && fs.existsSync(path.join(markers, 'grandchild.pid'));

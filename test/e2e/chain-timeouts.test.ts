@@ -2,7 +2,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FIXTURE_AGENTS } from '../helpers/paths.js';
 import { CAT, fakeAgentAlive, ok } from '../helpers/runs.js';
-import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
+import { startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 
 const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
@@ -30,9 +30,8 @@ describe('timeouts: the whole run (timeoutMs) and each agent (its file\'s timeou
   });
 
   it('a chain over its whole-run limit: the running step is cancelled, later steps skipped, the run fails TIMEOUT', async () => {
-    const r = await s.call('launch', { chain: [{ agent: 'echo', task: 'first' }, { agent: 'stubborn', task: 'x' }, { agent: 'echo', task: 'never' }], timeoutMs: 3500 });
-    expect(r.isError, textOf(r)).toBeFalsy();
-    const fin = await waitTerminal(s, sc(r).runId);
+    const l = await ok(s, 'launch', { chain: [{ agent: 'echo', task: 'first' }, { agent: 'stubborn', task: 'x' }, { agent: 'echo', task: 'never' }], timeoutMs: 3500 });
+    const fin = await waitTerminal(s, l.runId);
     expect(fin.state).toBe('failed');
     expect(fin.error.code).toBe('TIMEOUT');
     expect(fin.error.message).toMatch(/3500 ms/);

@@ -3,7 +3,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FIXTURE_AGENTS } from '../helpers/paths.js';
 import { CAT, fakeAgentAlive, ok } from '../helpers/runs.js';
-import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
+import { startServer, waitTerminal, type Started } from '../helpers/server.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 
 const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
@@ -43,9 +43,7 @@ describe.concurrent('parallel runs: concurrency, failFast, the members as the st
     const agent = peersAgent(dir);
     // The first wave waits until it has seen 3 holders (so 3 at once is reached); later members just overlap briefly.
     const tasks = Array.from({ length: 7 }, (_, j) => ({ agent, task: JSON.stringify(j < 3 ? { target: 3 } : { target: 1, lingerMs: 100 }) }));
-    const r = await s.call('launch', { tasks, concurrency: 3 });
-    expect(r.isError, textOf(r)).toBeFalsy();
-    const l = sc(r);
+    const l = await ok(s, 'launch', { tasks, concurrency: 3 });
     expect(l.mode).toBe('parallel');
     // A parallel run's steps are its members.
     expect(l.steps.map((x: any) => x.index)).toEqual([0, 1, 2, 3, 4, 5, 6]);

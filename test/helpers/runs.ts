@@ -52,9 +52,15 @@ export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** A cheap echo agent: the task arrives on stdin and comes back verbatim as the output. */
 export const CAT = fs.existsSync('/bin/cat') ? '/bin/cat' : '/usr/bin/cat';
 
-/** Calls a tool that must succeed; a refusal fails the test with its text. */
+/**
+ * Calls a tool that must succeed; a refusal fails the test with its text. BUSY (a lock held past its 5 s bound —
+ * on a loaded shared machine — nothing recorded) is retried a few times, as a client would.
+ */
 export async function ok(s: Started, tool: string, args: Record<string, unknown>): Promise<Record<string, any>> {
-  const r = await s.call(tool, args);
-  if (r.isError) throw new Error(`${tool} refused: ${textOf(r)}`);
-  return sc(r);
+  for (let attempt = 1; ; attempt++) {
+    const r = await s.call(tool, args);
+    if (r.isError && textOf(r).startsWith('BUSY: ') && attempt < 4) continue;
+    if (r.isError) throw new Error(`${tool} refused: ${textOf(r)}`);
+    return sc(r);
+  }
 }
