@@ -10,12 +10,20 @@ import { readJsonFile } from '../store/json-file.js';
 import { writeFileAtomic } from '../store/atomic-write.js';
 import { BUNDLED_AGENTS_DIR, type ManagerContext } from './context.js';
 
+/**
+ * A definition as a nested server reads it from its tree's snapshot: with the executable the root server resolved.
+ * A nested server runs with an agent's environment, which has no SUBAGENTS_BIN_<BACKEND> (and maybe another PATH).
+ */
+type SnapshotAgent = AgentDefinition & { rootBin?: string };
+
 /** Where a backend's executable is, or why it is unusable. */
-export function locateBackend(def: AgentDefinition, ctx: Pick<ManagerContext, 'settings' | 'env'>): { bin: string | null; problem: string | null } {
+export function locateBackend(def: SnapshotAgent, ctx: Pick<ManagerContext, 'settings' | 'env'>): { bin: string | null; problem: string | null } {
   const adapter = adapterFor(def.backend);
   if (!adapter) return { bin: null, problem: `backend ${def.backend} is not supported by this build` };
   const unsupported = adapter.unsupported?.(def) ?? null;
   if (unsupported) return { bin: null, problem: unsupported };
+  // Resolved as the tree's root resolved it, while that file is still there.
+  if (def.rootBin !== undefined && resolveBin(def.rootBin) !== null) return { bin: def.rootBin, problem: null };
   if (def.backend === 'command') {
     const argv0 = expandAgentDir(def.command?.[0] ?? '', def.path);
     const bin = resolveBin(argv0, { pathEnv: ctx.env.PATH });
@@ -51,7 +59,11 @@ export function catalogSnapshotFile(ctx: Pick<ManagerContext, 'store'>, rootRunI
 }
 
 export function writeCatalogSnapshot(ctx: ManagerContext, rootRunId: string, agents: Map<string, AgentDefinition>): void {
-  writeFileAtomic(catalogSnapshotFile(ctx, rootRunId), JSON.stringify([...agents.values()]));
+  const snapshot: SnapshotAgent[] = [...agents.values()].map((d) => {
+    const { bin } = locateBackend(d, ctx);
+    return bin ? { ...d, rootBin: bin } : d;
+  });
+  writeFileAtomic(catalogSnapshotFile(ctx, rootRunId), JSON.stringify(snapshot));
 }
 
 /** Freezes one agent for a step: the definition as read now, and its resolved executable. */
@@ -63,7 +75,8 @@ export function freezeAgent(ctx: ManagerContext, catalog: Map<string, AgentDefin
   }
   const { bin, problem } = locateBackend(def, ctx);
   if (!bin) throw new SubagentError('AGENT_UNAVAILABLE', `agent ${def.name} (backend ${def.backend}) cannot run here: ${problem}.`);
-  return { ...def, bin };
+  const { rootBin: _rootBin, ...frozen } = def as SnapshotAgent;
+  return { ...frozen, bin };
 }
 
 export function fileExists(p: string): boolean {

@@ -21,6 +21,7 @@ export interface ClaudeCall {
   systemPrompt: string | null;
   systemPromptMode: string | null;
   mcpConfig: { mcpServers: Record<string, { type?: string; command: string; args: string[]; env: Record<string, string> }> } | null;
+  mcpConfigMode: string | null;
   envNames: string[];
 }
 
