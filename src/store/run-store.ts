@@ -1,8 +1,9 @@
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { SubagentError } from '../errors.js';
 import { isRunId } from '../ids.js';
-import { ensurePrivateDir, writeFileAtomic } from './atomic-write.js';
+import { ensurePrivateDir, fsyncDir, writeFileAtomic } from './atomic-write.js';
 import { appendEvent } from './event-log.js';
 import { readJsonFile } from './json-file.js';
 import { Layout, RunPaths } from './layout.js';
@@ -26,11 +27,21 @@ export class RunStore {
   /** Writes the launch record and the first status, durably, before any process is started. */
   create(record: RunRecord, status: RunStatus): RunPaths {
     const p = this.paths(record.runId);
-    fs.mkdirSync(p.dir, { mode: 0o700 });
-    for (const d of [p.outDir, p.appendsDir, p.promptsDir, p.childrenDir, p.budgetDir]) ensurePrivateDir(d);
-    writeFileAtomic(p.record, JSON.stringify(record));
-    writeFileAtomic(p.status, JSON.stringify(status));
-    appendEvent(p.events, { type: 'created', mode: record.mode, steps: record.steps.length });
+    // Built under a hidden temp name and renamed into place: a server killed mid-create leaves no half-record (a run
+    // directory without its status), only a temp directory that listings never see and the next server start removes.
+    const tmp = new RunPaths(path.join(this.layout.runsDir, `.${record.runId}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`));
+    try {
+      fs.mkdirSync(tmp.dir, { mode: 0o700 });
+      for (const d of [tmp.outDir, tmp.appendsDir, tmp.promptsDir, tmp.childrenDir, tmp.budgetDir]) ensurePrivateDir(d);
+      writeFileAtomic(tmp.record, JSON.stringify(record));
+      writeFileAtomic(tmp.status, JSON.stringify(status));
+      appendEvent(tmp.events, { type: 'created', mode: record.mode, steps: record.steps.length });
+      fs.renameSync(tmp.dir, p.dir);
+    } catch (e) {
+      try { fs.rmSync(tmp.dir, { recursive: true, force: true }); } catch { /* best effort */ }
+      throw e;
+    }
+    fsyncDir(this.layout.runsDir);
     return p;
   }
 

@@ -38,4 +38,18 @@ export function openStateHome(home: string): void {
   const after = checkStateHome(home);
   if (after.problems.length) throw new UnsafeStateHomeError(`unsafe state home: ${after.problems.join('; ')}`);
   for (const sub of ['runs', 'agents', 'locks']) ensurePrivateDir(path.join(home, sub));
+  sweepAbandonedRunTemps(path.join(home, 'runs'));
+}
+
+/** Removes run directories a killed server left half-built (`.r-….<pid>.<rand>.tmp`, see RunStore.create) once their writer is gone. */
+function sweepAbandonedRunTemps(runsDir: string): void {
+  let names: string[] = [];
+  try { names = fs.readdirSync(runsDir); } catch { return; }
+  for (const n of names) {
+    const m = /^\.r-[A-Za-z0-9_-]{24}\.(\d+)\.[0-9a-f]+\.tmp$/.exec(n);
+    if (!m) continue;
+    let writerAlive = true;
+    try { process.kill(Number(m[1]), 0); } catch (e) { writerAlive = (e as NodeJS.ErrnoException).code === 'EPERM'; }
+    if (!writerAlive) try { fs.rmSync(path.join(runsDir, n), { recursive: true, force: true }); } catch { /* next start */ }
+  }
 }

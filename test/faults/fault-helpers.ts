@@ -72,7 +72,10 @@ export function pidsInGroup(pgid: number): number[] {
   return out;
 }
 
-/** Every `.*.tmp` file left anywhere under `dir` (atomic writes leave none behind, even when they fail). */
+/**
+ * Every `.*.tmp` file or directory left anywhere under `dir`: atomic writes leave none behind even when they fail, and
+ * a run directory half-built by a killed server is removed by the next server start.
+ */
 export function tempFiles(dir: string): string[] {
   const out: string[] = [];
   const walk = (d: string) => {
@@ -80,8 +83,8 @@ export function tempFiles(dir: string): string[] {
     try { entries = fs.readdirSync(d, { withFileTypes: true }); } catch { return; }
     for (const e of entries) {
       const p = path.join(d, e.name);
-      if (e.isDirectory()) walk(p);
-      else if (/^\..*\.tmp$/.test(e.name)) out.push(p);
+      if (/^\..*\.tmp$/.test(e.name)) out.push(p);
+      else if (e.isDirectory()) walk(p);
     }
   };
   walk(dir);
