@@ -15,7 +15,7 @@ import { RUNNER_MAIN, type ManagerContext } from './context.js';
 import { awaitReady, handshakeError, HandshakeFailure, proceedAndAwaitStart, type HandshakePhase } from './handshake.js';
 import { checkNesting } from './nesting.js';
 import { resolveRunCwd } from './roots.js';
-import { ownActiveRuns } from './listing.js';
+import { indexRun, ownActiveRuns } from './listing.js';
 
 export interface AgentTaskInput { agent: string; task: string }
 export interface GroupInput { parallel: AgentTaskInput[]; concurrency?: number; failFast?: boolean }
@@ -135,6 +135,9 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   };
   let runPaths;
   try {
+    // Indexed first (listings read the index, not every run directory): the index may name a run that was never
+    // created (skipped), never miss one that was.
+    indexRun(ctx.layout, [ctx.sessionId, rootRecord?.sessionId], runId);
     runPaths = ctx.store.create(record, status);
     if (!nesting) writeCatalogSnapshot(ctx, runId, catalog);
     else ctx.store.addChild(nesting.parentRunId, runId, nesting.parentStepKey);

@@ -1,5 +1,9 @@
+import fs from 'node:fs';
+import path from 'node:path';
 import { SubagentError } from '../errors.js';
 import { isRunId } from '../ids.js';
+import { ensurePrivateDir, writeFileAtomic } from '../store/atomic-write.js';
+import type { Layout } from '../store/layout.js';
 import { isTerminalRun, type RunRecord, type RunMode } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';
 
@@ -73,14 +77,131 @@ export function notFound(runId: string): SubagentError {
   return new SubagentError('RUN_NOT_FOUND', `no run ${shown} in this session; list your runs with status {} (after a client restart, use restore with the earlier sessionId).`);
 }
 
-/** Every run visible to this session, newest first. */
+/**
+ * Every run visible to this session, newest first. Reads the run index of the visible sessions (runs of other
+ * sessions are never touched, however many there are), then each run's meta (cached) and the same visibility rule.
+ */
 export function listVisible(ctx: ManagerContext): RunMeta[] {
   const out: RunMeta[] = [];
-  for (const id of ctx.store.listRunIds()) {
+  const ids = indexedRunIds(ctx.layout, ctx.visibleSessions());
+  for (const id of appearedRunIds(ctx.layout)) ids.add(id);
+  for (const id of ids) {
     const m = readMeta(ctx, id);
-    if (m && isVisible(ctx, m)) out.push(m);
+    // A removed run (gc) stays in the index: its directory is the truth.
+    if (m && isVisible(ctx, m) && fs.existsSync(ctx.store.paths(id).dir)) out.push(m);
   }
   return out.sort((a, b) => (a.createdAt < b.createdAt ? 1 : a.createdAt > b.createdAt ? -1 : 0));
+}
+
+/*
+ * The run index: `<home>/index/<session>.runs`, one run id per line, for every session that sees the run by owning it
+ * or its tree's root. A launch appends (fdatasync'ed) before it writes the run's record, so the index may name a run
+ * that never came to be (skipped: it has no record) but never misses one. `index/complete` says that every run made
+ * before the index existed was indexed (by one full scan, the first time a server of this version lists runs).
+ */
+const indexReady = new Set<string>();
+
+function indexFile(layout: Layout, sessionId: string): string {
+  return path.join(layout.home, 'index', `${encodeURIComponent(sessionId)}.runs`);
+}
+
+/** Records `runId` under each session (durably: an acknowledged run must stay listable). */
+export function indexRun(layout: Layout, sessionIds: Array<string | null | undefined>, runId: string): void {
+  ensurePrivateDir(path.join(layout.home, 'index'));
+  for (const sid of new Set(sessionIds)) {
+    if (!sid) continue;
+    const fd = fs.openSync(indexFile(layout, sid), fs.constants.O_APPEND | fs.constants.O_CREAT | fs.constants.O_WRONLY | fs.constants.O_NOFOLLOW, 0o600);
+    try {
+      fs.writeSync(fd, `${runId}\n`);
+      fs.fdatasyncSync(fd);
+    } finally {
+      fs.closeSync(fd);
+    }
+  }
+}
+
+/**
+ * Run directories that appeared in `runs/` while this process lives, indexed or not (copied in, or made by an older
+ * version): the directory is re-read only when its size, link count or mtime changed, and only new names are kept.
+ * The names present at the first look are the index's business.
+ */
+const appeared = new Map<string, { sig: string; names: Set<string>; added: Set<string> }>();
+
+function appearedRunIds(layout: Layout): Set<string> {
+  let st: fs.Stats;
+  try { st = fs.statSync(layout.runsDir); } catch { return new Set(); }
+  const sig = `${st.ino}:${st.nlink}:${st.size}:${st.mtimeMs}`;
+  let a = appeared.get(layout.home);
+  if (a && a.sig === sig) return a.added;
+  let names: string[] = [];
+  try { names = fs.readdirSync(layout.runsDir).filter(isRunId); } catch { /* none */ }
+  if (!a) {
+    a = { sig, names: new Set(names), added: new Set() };
+    appeared.set(layout.home, a);
+    return a.added;
+  }
+  const now = new Set(names);
+  for (const n of names) if (!a.names.has(n)) a.added.add(n);
+  for (const n of a.added) if (!now.has(n)) a.added.delete(n);
+  a.names = now;
+  a.sig = sig;
+  return a.added;
+}
+
+/** The run ids indexed under any of `sessions` (building the index once from a full scan if it is not there yet). */
+function indexedRunIds(layout: Layout, sessions: ReadonlySet<string>): Set<string> {
+  if (!indexReady.has(layout.home)) buildIndex(layout);
+  const ids = new Set<string>();
+  for (const sid of sessions) {
+    let text = '';
+    try {
+      text = fs.readFileSync(indexFile(layout, sid), 'utf8');
+    } catch { continue; }
+    for (const line of text.split('\n')) if (isRunId(line)) ids.add(line);
+  }
+  return ids;
+}
+
+/** Indexes every existing run (state homes made before the index, or whose index was removed). Idempotent. */
+function buildIndex(layout: Layout): void {
+  const marker = path.join(layout.home, 'index', 'complete');
+  if (fs.existsSync(marker)) { indexReady.add(layout.home); return; }
+  const bySession = new Map<string, string[]>();
+  const sessionOf = new Map<string, string>();
+  const readOwner = (runId: string): { sessionId: string; rootRunId: string } | null => {
+    try {
+      const text = fs.readFileSync(path.join(layout.runsDir, runId, 'run.json'), 'utf8');
+      const r = JSON.parse(text) as { runId?: string; sessionId?: string; rootRunId?: string };
+      return r.runId === runId && typeof r.sessionId === 'string' ? { sessionId: r.sessionId, rootRunId: r.rootRunId ?? runId } : null;
+    } catch {
+      return null;
+    }
+  };
+  let names: string[] = [];
+  try { names = fs.readdirSync(layout.runsDir).filter(isRunId); } catch { /* no runs yet */ }
+  const owners = new Map<string, { sessionId: string; rootRunId: string }>();
+  for (const id of names) { const o = readOwner(id); if (o) { owners.set(id, o); sessionOf.set(id, o.sessionId); } }
+  for (const [id, o] of owners) {
+    const root = o.rootRunId !== id ? (sessionOf.get(o.rootRunId) ?? readOwner(o.rootRunId)?.sessionId) : undefined;
+    for (const sid of new Set([o.sessionId, root])) {
+      if (!sid) continue;
+      const list = bySession.get(sid) ?? [];
+      list.push(id);
+      bySession.set(sid, list);
+    }
+  }
+  ensurePrivateDir(path.join(layout.home, 'index'));
+  for (const [sid, ids] of bySession) {
+    const fd = fs.openSync(indexFile(layout, sid), fs.constants.O_APPEND | fs.constants.O_CREAT | fs.constants.O_WRONLY | fs.constants.O_NOFOLLOW, 0o600);
+    try {
+      fs.writeSync(fd, ids.map((id) => `${id}\n`).join(''));
+      fs.fdatasyncSync(fd);
+    } finally {
+      fs.closeSync(fd);
+    }
+  }
+  writeFileAtomic(marker, JSON.stringify({ v: 1, at: new Date().toISOString(), runs: owners.size }));
+  indexReady.add(layout.home);
 }
 
 /** Every run in the state home (the command line for people sees all sessions). */

@@ -1,0 +1,50 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { tempStateHome, writeAgent } from '../helpers/state-home.js';
+import { sc, startServer, waitTerminal, type Started } from '../helpers/server.js';
+
+const SID_A = 'session-a-0123456789abcdef';
+const SID_B = 'session-b-0123456789abcdef';
+
+/** The run index (listings read it instead of every run directory) keeps listings exactly what they were. */
+describe('run index', () => {
+  let t: ReturnType<typeof tempStateHome>;
+  const servers: Started[] = [];
+  const start = async (sid: string) => {
+    const s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_SESSION_ID: sid });
+    servers.push(s);
+    return s;
+  };
+  afterEach(async () => {
+    for (const s of servers.splice(0)) await s.close();
+    t.cleanup();
+  });
+
+  it('lists a session\'s runs from its index, other sessions\' never; a lost index is rebuilt from the run directories', async () => {
+    t = tempStateHome();
+    writeAgent(path.join(t.home, 'agents'), 'instant', { backend: 'command', command: ['true'] });
+    const a = await start(SID_A);
+    const b = await start(SID_B);
+    const ra = sc(await a.call('launch', { agent: 'instant', task: 'x' })).runId as string;
+    const rb = sc(await b.call('launch', { agent: 'instant', task: 'y' })).runId as string;
+    await waitTerminal(a, ra);
+    await waitTerminal(b, rb);
+    const indexA = fs.readFileSync(path.join(t.home, 'index', `${SID_A}.runs`), 'utf8');
+    expect(indexA.split('\n')).toContain(ra);
+    expect(indexA).not.toContain(rb);
+    expect(sc(await a.call('status', {})).runs.map((r: { runId: string }) => r.runId)).toEqual([ra]);
+    expect(sc(await b.call('status', {})).runs.map((r: { runId: string }) => r.runId)).toEqual([rb]);
+    for (const s of servers.splice(0)) await s.close();
+
+    // An index removed (or a home from before the index): the next server rebuilds it from run.json of every run.
+    fs.rmSync(path.join(t.home, 'index'), { recursive: true, force: true });
+    const a2 = await start(SID_A);
+    expect(sc(await a2.call('status', {})).runs.map((r: { runId: string }) => r.runId)).toEqual([ra]);
+    expect(fs.existsSync(path.join(t.home, 'index', 'complete'))).toBe(true);
+    expect(fs.readFileSync(path.join(t.home, 'index', `${SID_B}.runs`), 'utf8').split('\n')).toContain(rb);
+    // A run removed from disk (gc) is no longer listed though its id stays in the index.
+    fs.rmSync(path.join(t.home, 'runs', ra), { recursive: true, force: true });
+    expect(sc(await a2.call('status', {})).runs).toEqual([]);
+  });
+});
