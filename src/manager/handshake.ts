@@ -91,6 +91,6 @@ export async function proceedAndAwaitStart(o: WaitOptions, runner: ProcessIdenti
   });
 }
 
-export function handshakeError(f: HandshakeFailure): SubagentError {
-  return new SubagentError('HANDSHAKE_FAILED', `the run's runner failed at the ${f.phase} phase: ${f.reason}. No agent was started and nothing is held; retry the launch, and if it keeps failing run \`subagents-mcp doctor\`.`);
+export function handshakeError(f: HandshakeFailure, runId: string): SubagentError {
+  return new SubagentError('HANDSHAKE_FAILED', `the run's runner failed at the ${f.phase} phase: ${f.reason}. No agent was started and nothing is held; run ${runId} is recorded failed (status { runId } shows the runner's own log). Retry the launch, and if it keeps failing run \`subagents-mcp doctor\`.`);
 }

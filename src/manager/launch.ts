@@ -7,6 +7,7 @@ import { SubagentError } from '../errors.js';
 import { newRunId } from '../ids.js';
 import { isAlive } from '../process/identity.js';
 import { spawnDetached } from '../process/spawn-detached.js';
+import { readTail } from '../runner/agent-process.js';
 import { newStepStatus } from '../runner/step-status.js';
 import type { AgentTaskSpec, RunMode, RunRecord, RunStatus, StepSpec } from '../store/run-types.js';
 import { catalogFor, freezeAgent, writeCatalogSnapshot } from './agent-resolver.js';
@@ -172,7 +173,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     const outcome = await abandonLaunch(ctx, runId, failure, child.pid ?? null, runner);
     if (outcome === 'started') return result(ctx, runId, input.mode, reservation);
     await releaseReservation(ctx, runId, rootRunId, paths.length).catch(() => {});
-    throw handshakeError(failure);
+    throw handshakeError(failure, runId);
   }
   ctx.store.event(runId, { type: 'launched', runnerPid: runner.pid });
   return result(ctx, runId, input.mode, reservation);
@@ -191,9 +192,12 @@ function result(ctx: ManagerContext, runId: string, mode: RunMode, r: Reservatio
  * is live and the launch succeeded after all), then makes sure the runner is gone.
  */
 async function abandonLaunch(ctx: ManagerContext, runId: string, f: HandshakeFailure, childPid: number | null, runner: { pid: number; startTime: string } | null): Promise<'started' | 'failed'> {
+  // The runner's own last words (its fatal error, never agent output) go into the record for `status`, not into the refusal.
+  const tail = readTail(ctx.store.paths(runId).runnerLog, 2048);
   const record = () => ctx.store.update(runId, (cur) => (cur.state === 'starting'
     ? { ...cur, state: 'failed', endedAt: new Date().toISOString(), error: { code: 'HANDSHAKE_FAILED', message: `the runner failed at the ${f.phase} phase: ${f.reason}` },
-      steps: cur.steps.map((st) => ({ ...st, state: 'skipped', members: st.members?.map((m) => ({ ...m, state: 'skipped' as const })) })) }
+      steps: cur.steps.map((st) => ({ ...st, state: 'skipped', members: st.members?.map((m) => ({ ...m, state: 'skipped' as const })) })),
+      ...(tail ? { runnerLogTail: tail } : {}) }
     : null), { durable: true });
   // Once more if the first attempt failed (the run lock stayed busy): a run left `starting` by a live launcher is
   // never reconciled while that launcher lives.

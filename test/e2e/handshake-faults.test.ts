@@ -48,6 +48,7 @@ describe('the runner dies or hangs during the ready/proceed handshake', () => {
     // The run is recorded failed, with the phase, and nothing of it started.
     const dirs = runDirs(t.home);
     expect(dirs).toHaveLength(1);
+    expect(textOf(r)).toContain(`run ${dirs[0]} is recorded failed`);
     const runDir = path.join(t.home, 'runs', dirs[0]!);
     const status = readJson(path.join(runDir, 'status.json'));
     expect(status.state).toBe('failed');
