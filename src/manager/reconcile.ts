@@ -1,7 +1,7 @@
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/terminate.js';
 import { readTail } from '../runner/agent-process.js';
-import { writeFileAtomic } from '../store/atomic-write.js';
+import { removeStaleTemps, writeFileAtomic } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
 import { withLedger } from '../store/ledger.js';
 import { isTerminalRun, isTerminalStep, type RunStatus, type StepError, type StepStatus } from '../store/run-types.js';
@@ -67,6 +67,8 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
     return next;
   }, { durable: true });
   ctx.store.event(runId, { type: 'reconciled', state: after.state, error: after.error?.code ?? null });
+  // A runner killed mid-write leaves its temp files behind (the rename never came); it is proven gone now.
+  removeStaleTemps(paths.dir, runner.pid);
   // Nested runs of a lost run end too.
   for (const c of ctx.store.children(runId)) {
     try { writeFileAtomic(ctx.store.paths(c.runId).cancelRequest, JSON.stringify({ at: new Date().toISOString(), reason: 'PARENT_ENDED' })); } catch { /* gone */ }

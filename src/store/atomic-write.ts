@@ -113,3 +113,27 @@ export function ensurePrivateDir(dir: string): void {
   const st = fs.lstatSync(dir);
   if (!st.isDirectory()) throw Object.assign(new Error(`${dir} is not a directory`), { code: 'ENOTDIR' });
 }
+
+/**
+ * Removes the temp files a writer killed mid-write left under `dir` (recursively): `.<name>.<pid>.<hex>.tmp` whose
+ * pid is `pid`, or — with `pid` null — whose pid is no longer alive. Only call it for a writer proven gone.
+ */
+export function removeStaleTemps(dir: string, pid: number | null, recursive = true): number {
+  let removed = 0;
+  let entries: fs.Dirent[];
+  try { entries = fs.readdirSync(dir, { withFileTypes: true }); } catch { return 0; }
+  for (const e of entries) {
+    const p = path.join(dir, e.name);
+    if (e.isDirectory()) { if (recursive) removed += removeStaleTemps(p, pid, true); continue; }
+    const m = /^\..+\.(\d+)\.[0-9a-f]+\.tmp$/.exec(e.name);
+    if (!m) continue;
+    const owner = Number(m[1]);
+    if (pid !== null ? owner !== pid : pidExists(owner)) continue;
+    try { fs.unlinkSync(p); removed++; } catch { /* gone */ }
+  }
+  return removed;
+}
+
+function pidExists(pid: number): boolean {
+  try { process.kill(pid, 0); return true; } catch (e) { return (e as NodeJS.ErrnoException).code === 'EPERM'; }
+}

@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { ensurePrivateDir } from './atomic-write.js';
+import { ensurePrivateDir, removeStaleTemps } from './atomic-write.js';
 
 export class UnsafeStateHomeError extends Error {}
 
@@ -39,6 +39,9 @@ export function openStateHome(home: string): void {
   if (after.problems.length) throw new UnsafeStateHomeError(`unsafe state home: ${after.problems.join('; ')}`);
   for (const sub of ['runs', 'agents', 'locks']) ensurePrivateDir(path.join(home, sub));
   sweepAbandonedRunTemps(path.join(home, 'runs'));
+  // Temp files of shared files (ledger, session registry) whose writer was killed mid-write.
+  removeStaleTemps(home, null, false);
+  removeStaleTemps(path.join(home, 'sessions'), null, false);
 }
 
 /** Removes run directories a killed server left half-built (`.r-….<pid>.<rand>.tmp`, see RunStore.create) once their writer is gone. */
