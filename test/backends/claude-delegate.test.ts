@@ -101,14 +101,15 @@ describe('delegate: true through the fake claude CLI', () => {
     expect(call.argv.join(' ')).not.toContain(entry.env.SUBAGENTS_BUDGET!);
     expect(call.mcpConfigMode).toBe('600');
 
+    // Every slot and claim comes back once the tree has ended (the cap of 1 active run is free again).
+    await until(() => { const g = readLedger(t.home); return !Object.keys(g.roots).length && !Object.keys(g.trees).length && !Object.keys(g.agents).length; }, 'an empty ledger');
+
     // Without delegate: true the same CLI gets no MCP server at all.
     const l2 = await s.call('launch', { agent: 'solo', task: 'no delegation here [d2]' });
     await waitTerminal(s, sc(l2).runId);
     const solo = callFor(claudeDir, '[d2]');
     expect(flag(solo.argv, '--mcp-config')).toBeUndefined();
     expect(solo.mcpConfig).toBeNull();
-
-    await until(() => { const g = readLedger(t.home); return !Object.keys(g.roots).length && !Object.keys(g.trees).length && !Object.keys(g.agents).length; }, 'an empty ledger');
   });
 
   it('a claude that delegates to a claude that delegates: DEPTH_EXCEEDED at the tree limit (CLI found through SUBAGENTS_BIN_CLAUDE only)', async () => {
