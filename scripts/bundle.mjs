@@ -39,10 +39,15 @@ export async function bundle() {
       // CommonJS dependencies (proper-lockfile, commander) call require() on built-ins.
       banner: { js: "import{createRequire as __subagentsRequire}from'node:module';const require=__subagentsRequire(import.meta.url);" },
     });
-    for (const name of fs.readdirSync(dist)) if (/^chunk-[A-Z0-9]+\.js(\.map)?$/.test(name)) fs.rmSync(path.join(dist, name));
     // tsc's own entry stays runnable next to the bundle (bench/coldstart.mjs compares the two in one run).
     fs.copyFileSync(path.join(dist, 'main.js'), path.join(dist, 'main.unbundled.js'));
-    for (const name of fs.readdirSync(tmp)) fs.renameSync(path.join(tmp, name), path.join(dist, name));
+    // New chunks first, the entry last, stale chunks after: a server starting meanwhile finds what it imports.
+    const fresh = fs.readdirSync(tmp);
+    for (const name of fresh) if (!name.startsWith('main.')) fs.renameSync(path.join(tmp, name), path.join(dist, name));
+    for (const name of fresh) if (name.startsWith('main.')) fs.renameSync(path.join(tmp, name), path.join(dist, name));
+    for (const name of fs.readdirSync(dist)) {
+      if (/^chunk-[A-Z0-9]+\.js(\.map)?$/.test(name) && !fresh.includes(name)) fs.rmSync(path.join(dist, name));
+    }
   } finally {
     fs.rmSync(tmp, { recursive: true, force: true });
   }
