@@ -92,9 +92,11 @@ class Executor {
           // Leftovers first (so a run is never terminal with a process alive), then decide under the lock: either an
           // append arrived (it runs) or the chain's end is committed (later appends are refused).
           await this.sweepLeftovers();
-          const ended = await persistently(() => this.store.withRunLock(this.runId, () => {
+          const ended = await persistently(() => this.store.withRunLock(this.runId, async () => {
             this.takeAppendsLocked();
             if (i < this.specs.length) return false;
+            // Slots first (lock order: run, then ledger): a client that sees the run ended can launch into its slot.
+            await this.releaseLedger();
             this.commitLocked('completed', null, lastText);
             return true;
           }));
@@ -129,8 +131,9 @@ class Executor {
           : reason === 'CANCELLED' ? { code: 'CANCELLED', message: 'the run was cancelled' }
           : reason === 'PARENT_ENDED' ? { code: 'PARENT_ENDED', message: 'the agent that launched this run ended' }
           : failure ?? { code: 'STEP_FAILED', message: 'a step failed' };
-        await persistently(() => this.store.withRunLock(this.runId, () => {
+        await persistently(() => this.store.withRunLock(this.runId, async () => {
           this.takeAppendsLocked();
+          await this.releaseLedger();
           this.commitLocked(state, error, lastText);
         }));
       }
@@ -138,7 +141,7 @@ class Executor {
       if (runTimer) clearTimeout(runTimer);
       stopWatching();
     }
-    await this.releaseLedger();
+    if (!this.ledgerReleased) await this.releaseLedger();
     this.store.event(this.runId, { type: 'ended', state: this.status.state });
     return 0;
   }
@@ -397,7 +400,11 @@ class Executor {
   }
 
   /** Returns the capacity slot (after the whole tree ended) and the fan-out claims of agents that never started. */
+  private ledgerReleased = false;
+
+  /** Idempotent; a failure is logged and retried once more after the commit. */
   private async releaseLedger(): Promise<void> {
+    if (this.ledgerReleased) return;
     let unstarted = 0;
     for (const st of this.status.steps) {
       if (st.members) unstarted += st.members.filter((m) => m.startedAt === null).length;
@@ -412,6 +419,7 @@ class Executor {
         delete l.roots[this.runId];
         delete l.trees[this.runId];
       }
+      this.ledgerReleased = true;
     }).catch((e: unknown) => process.stderr.write(`runner: ledger release failed: ${(e as Error).message}\n`));
   }
 }

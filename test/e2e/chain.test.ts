@@ -90,9 +90,22 @@ describe.concurrent('chains: {previous}, the step tree, failure and cancel seman
   });
 
   it('failFast inside a chain: the group fails at once, running members are cancelled, unstarted skipped, the chain stops', async () => {
+    // The failing member fails only once its sibling runs (fake agent `peers`), so the sibling is provably
+    // mid-run when the group stops, however slowly the machine starts processes.
+    const probe = fs.mkdtempSync(path.join(t.base, 'peers-'));
+    const peers = 'peers-chain';
+    writeAgent(path.join(t.home, 'agents'), peers, { backend: 'command', command: ['node', FAKE, 'peers', probe] });
     const l = (await ok(s, 'launch', {
       chain: [
-        { parallel: [{ agent: 'sleeper', task: 's0' }, { agent: 'fail', task: 'f' }, { agent: 'echo', task: 'never' }], concurrency: 2, failFast: true },
+        {
+          parallel: [
+            { agent: peers, task: JSON.stringify({ target: 2, lingerMs: 60_000 }) },
+            { agent: peers, task: JSON.stringify({ target: 2, lingerMs: 0, exit: 3 }) },
+            { agent: 'echo', task: 'never' },
+          ],
+          concurrency: 2,
+          failFast: true,
+        },
         { agent: 'echo', task: 'after {previous}' },
       ],
     }));
