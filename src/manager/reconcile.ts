@@ -45,6 +45,8 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
       await terminateProcesses(() => findRunProcesses({ pgids: runnerGroups(readyNow) }), 0);
     }
     if (after.state === 'failed') await releaseLedger(ctx, runId, record.depth === 0, record.rootRunId, true, status);
+    // Its launching server is dead: temps it left mid-write (e.g. the catalog snapshot) go too.
+    if (after.state === 'failed') removeStaleTemps(paths.dir, record.server.pid);
     return;
   }
   if (isAlive(status.runner)) return;

@@ -159,10 +159,12 @@ describe.skipIf(process.platform !== 'linux')('soak', () => {
     const finalId = sc(final).runId as string;
     await checker.call('status', { runId: finalId, waitMs: 20_000, until: 'terminal' });
     const ledgerFile = path.join(t.home, 'ledger.json');
-    expect(await until(() => {
+    const held = () => {
       const l = JSON.parse(fs.readFileSync(ledgerFile, 'utf8'));
-      return Object.keys(l.roots).length === 0 && Object.keys(l.agents).length === 0;
-    }, 15_000)).toBe(true);
+      return [...Object.entries(l.roots), ...Object.entries(l.agents)].map(([k, v]) => `${k}=${JSON.stringify(v)} (${stateOf(k.split(':')[0]!)})`);
+    };
+    await until(() => held().length === 0, 15_000);
+    expect(held()).toEqual([]);
     expect(sc(await checker.call('status', {})).capacity.active).toBe(0);
 
     // No orphans: runners of abandoned handshakes exit within the handshake timeout; nothing carries a run token.
