@@ -80,7 +80,9 @@ export async function awaitReady(o: WaitOptions): Promise<ProcessIdentity> {
 
 /** Phase `proceed`: tell the runner to start, and wait until it has claimed the start in status.json. */
 export async function proceedAndAwaitStart(o: WaitOptions, runner: ProcessIdentity): Promise<RunStatus> {
-  createFileExclusive(o.paths.proceed, JSON.stringify({ at: new Date().toISOString() }));
+  // Not fsynced: proceed acknowledges nothing (the runner's durable start claim does); a proceed lost to a crash only
+  // means a runner that never started, and it exits on its own after the handshake timeout.
+  createFileExclusive(o.paths.proceed, JSON.stringify({ at: new Date().toISOString() }), { durable: false });
   return waitFor(o, 'proceed', () => {
     const s = readJsonFile<RunStatus>(o.paths.status);
     if (!s || s.state === 'starting') {

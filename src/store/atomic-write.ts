@@ -66,7 +66,8 @@ export function describeStateFile(file: string): string {
  * Creates `file` with `data` only if it does not exist yet: the compare-and-set of files. Returns false when another
  * writer got there first. The content is complete before the name appears (link of a fully written temp).
  */
-export function createFileExclusive(file: string, data: string): boolean {
+export function createFileExclusive(file: string, data: string, options: AtomicWriteOptions = {}): boolean {
+  const durable = options.durable ?? true;
   const dir = path.dirname(file);
   const tmp = path.join(dir, `.${path.basename(file)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
   let fd: number | undefined;
@@ -74,7 +75,7 @@ export function createFileExclusive(file: string, data: string): boolean {
   try {
     fd = fsPort.openSync(tmp, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW, 0o600);
     fsPort.writeSync(fd, Buffer.from(data));
-    fsPort.fsyncSync(fd);
+    if (durable) fsPort.fsyncSync(fd);
     fsPort.closeSync(fd);
     fd = undefined;
     linking = true;
@@ -86,7 +87,7 @@ export function createFileExclusive(file: string, data: string): boolean {
     if (fd !== undefined) try { fs.closeSync(fd); } catch { /* ignore */ }
     try { fs.unlinkSync(tmp); } catch { /* ignore */ }
   }
-  fsyncDir(dir);
+  if (durable) fsyncDir(dir);
   return true;
 }
 
