@@ -44,7 +44,7 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
     if (after.state === 'failed' && readyNow && isAlive(readyNow)) {
       await terminateProcesses(() => findRunProcesses({ pgids: runnerGroups(readyNow) }), 0);
     }
-    if (after.state === 'failed') await releaseLedger(ctx, runId, record.depth === 0, record.rootRunId, true, status);
+    if (after.state === 'failed') await releaseLedger(ctx, runId, record.depth === 0, record.rootRunId, status);
     // Its launching server is dead: temps it left mid-write (e.g. the catalog snapshot) go too.
     if (after.state === 'failed') removeStaleTemps(paths.dir, record.server.pid);
     return;
@@ -75,7 +75,7 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
   for (const c of ctx.store.children(runId)) {
     try { writeFileAtomic(ctx.store.paths(c.runId).cancelRequest, JSON.stringify({ at: new Date().toISOString(), reason: 'PARENT_ENDED' })); } catch { /* gone */ }
   }
-  if (term.survivors.length === 0) await releaseLedger(ctx, runId, record.depth === 0, record.rootRunId, false, after);
+  if (term.survivors.length === 0) await releaseLedger(ctx, runId, record.depth === 0, record.rootRunId, after);
 }
 
 function ended(cur: RunStatus, state: 'failed' | 'cancelled', error: StepError): RunStatus {
@@ -89,7 +89,7 @@ function ended(cur: RunStatus, state: 'failed' | 'cancelled', error: StepError):
 }
 
 /** Returns the slot, this run's agent slots and (when nothing started) its claims. */
-async function releaseLedger(ctx: ManagerContext, runId: string, topLevel: boolean, rootRunId: string, refundAll: boolean, status: RunStatus): Promise<void> {
+async function releaseLedger(ctx: ManagerContext, runId: string, topLevel: boolean, rootRunId: string, status: RunStatus): Promise<void> {
   let unstarted = 0;
   for (const st of status.steps) {
     if (st.members) unstarted += st.members.filter((m) => m.startedAt === null).length;
@@ -98,7 +98,7 @@ async function releaseLedger(ctx: ManagerContext, runId: string, topLevel: boole
   await withLedger(ctx.layout, (l) => {
     for (const key of Object.keys(l.agents)) if (key.startsWith(`${runId}:`)) delete l.agents[key];
     const tree = l.trees[rootRunId];
-    if (tree) tree.used = Math.max(0, tree.used - (refundAll ? unstarted : unstarted));
+    if (tree) tree.used = Math.max(0, tree.used - unstarted);
     if (topLevel) {
       delete l.roots[runId];
       delete l.trees[runId];

@@ -6,6 +6,7 @@ import { setOriginalUmask } from '../manager/launch.js';
 import { resolveNesting } from '../manager/nesting.js';
 import { fallbackRoots, realpathOrNull } from '../manager/roots.js';
 import { SessionView } from '../manager/sessions.js';
+import { Sweeper } from '../manager/sweep.js';
 import { selfIdentity } from '../process/identity.js';
 import { openStateHome } from '../store/state-home.js';
 import { createServer } from './server.js';
@@ -91,4 +92,5 @@ export async function serve(flags: Record<string, string | string[] | undefined>
   try { sessions.register(null); } catch { /* best effort */ }
   await server.connect(new StdioServerTransport());
   handle.watcher.start();
+  new Sweeper(ctx).start();
 }

@@ -1,0 +1,47 @@
+import { isTerminalRun } from '../store/run-types.js';
+import type { ManagerContext } from './context.js';
+import { reconcileRun } from './reconcile.js';
+
+/** How often a live server reconciles every run of the state home (SPEC §6). */
+export const SWEEP_INTERVAL_MS = 30_000;
+
+/**
+ * Reconciles every non-terminal run of the state home, whoever owns it: a runner that died while no client was
+ * looking must not hold its capacity slot until someone lists its run. Terminal is final, so runs seen terminal
+ * once are never read again by this process.
+ */
+export class Sweeper {
+  private readonly terminal = new Set<string>();
+  private running = false;
+
+  constructor(private readonly ctx: ManagerContext) {}
+
+  async sweepOnce(): Promise<number> {
+    if (this.running) return 0;
+    this.running = true;
+    let reconciled = 0;
+    try {
+      for (const runId of this.ctx.store.listRunIds()) {
+        if (this.terminal.has(runId)) continue;
+        let state: string | null = null;
+        try { state = this.ctx.store.readStatus(runId)?.state ?? null; } catch { continue; }
+        if (state === null) continue;
+        if (isTerminalRun(state as never)) { this.terminal.add(runId); continue; }
+        await reconcileRun(this.ctx, runId);
+        try {
+          const after = this.ctx.store.readStatus(runId)?.state;
+          if (after && isTerminalRun(after)) { this.terminal.add(runId); reconciled++; }
+        } catch { /* damaged: reported by status, skipped here */ }
+      }
+    } finally {
+      this.running = false;
+    }
+    return reconciled;
+  }
+
+  start(): () => void {
+    const timer = setInterval(() => { void this.sweepOnce().catch(() => {}); }, SWEEP_INTERVAL_MS);
+    timer.unref();
+    return () => clearInterval(timer);
+  }
+}
