@@ -126,7 +126,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     createdAt: new Date().toISOString(), timeoutMs: input.timeoutMs ?? null,
     defaultStepTimeoutMs: settings.defaultTimeoutMs, killGraceMs: parentRecord?.killGraceMs ?? settings.killGraceMs,
     handshakeTimeoutMs: settings.handshakeTimeoutMs, maxOutputBytes: settings.maxOutputBytes, maxAgents: parentRecord?.maxAgents ?? settings.maxAgents,
-    passEnv: settings.passEnv, umask: originalUmask(), depth, rootRunId, parentRunId: nesting?.parentRunId ?? null,
+    passEnv: treePassEnv(ctx, parentRecord), umask: originalUmask(), depth, rootRunId, parentRunId: nesting?.parentRunId ?? null,
     parentStepKey: nesting?.parentStepKey ?? null, limits, runToken: randomBytes(24).toString('base64url'),
     server: ctx.server, steps,
   };
@@ -150,7 +150,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   }
 
   o.onProgress?.('spawn');
-  const child = spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env: runnerEnv(ctx, steps), logFile: runPaths.runnerLog });
+  const child = spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env: runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord)), logFile: runPaths.runnerLog });
   testFault(ctx, 'server-after-spawn');
   const deadline = performance.now() + settings.handshakeTimeoutMs;
   const wait = { paths: runPaths, child, deadline, signal: o.signal };
@@ -235,7 +235,15 @@ function removeQuietly(dir: string): void {
  * The runner's environment: only what its agents may receive (the allowlist, pass-through, the backends'
  * credentials, the agents' named variables), never the rest of the server's environment.
  */
-function runnerEnv(ctx: ManagerContext, steps: StepSpec[]): Record<string, string> {
+/**
+ * The pass-through list of a run: a nested run keeps its tree's (a nested server runs with an agent's environment,
+ * where SUBAGENTS_PASS_ENV is not set, and would otherwise drop what the operator passed to the root's agents).
+ */
+function treePassEnv(ctx: ManagerContext, parentRecord: RunRecord | null): string[] {
+  return parentRecord?.passEnv ?? ctx.settings.passEnv;
+}
+
+function runnerEnv(ctx: ManagerContext, steps: StepSpec[], passEnv: string[]): Record<string, string> {
   const credentialEnv = new Set<string>();
   const agentEnv = new Set<string>();
   const each = (a: AgentTaskSpec) => {
@@ -243,7 +251,7 @@ function runnerEnv(ctx: ManagerContext, steps: StepSpec[]): Record<string, strin
     for (const n of a.agent.env) agentEnv.add(n);
   };
   for (const s of steps) if (s.kind === 'agent') each(s); else s.members.forEach(each);
-  const env = buildAgentEnv({ source: ctx.env, passEnv: ctx.settings.passEnv, credentialEnv: [...credentialEnv], agentEnv: [...agentEnv], extra: {} });
+  const env = buildAgentEnv({ source: ctx.env, passEnv, credentialEnv: [...credentialEnv], agentEnv: [...agentEnv], extra: {} });
   if (ctx.env.SUBAGENTS_TEST_FAULT) env.SUBAGENTS_TEST_FAULT = ctx.env.SUBAGENTS_TEST_FAULT;
   return env;
 }

@@ -33,6 +33,7 @@ describe('delegate: true through the fake claude CLI', () => {
     writeAgent(agents, 'lead', { backend: 'claude', delegate: true }, 'You split work and delegate it.');
     writeAgent(agents, 'solo', { backend: 'claude' }, 'You do not delegate.');
     writeAgent(agents, 'echo', { backend: 'command', command: ['node', FAKE_AGENT, 'echo'] });
+    writeAgent(agents, 'envdump', { backend: 'command', command: ['node', FAKE_AGENT, 'env'] });
     return { SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_KILL_GRACE_MS: '300', CLAUDE_CONFIG_DIR: claudeDir, ANTHROPIC_API_KEY: 'sk-ant-fake-0000000000', ...extra };
   };
   const start = async (env: Record<string, string>) => {
@@ -112,18 +113,22 @@ describe('delegate: true through the fake claude CLI', () => {
     expect(solo.mcpConfig).toBeNull();
   });
 
-  it('a claude that delegates to a claude that delegates: DEPTH_EXCEEDED at the tree limit (CLI found through SUBAGENTS_BIN_CLAUDE only)', async () => {
+  it('a claude that delegates to a claude that delegates: DEPTH_EXCEEDED at the tree limit; the CLI (found through SUBAGENTS_BIN_CLAUDE only) and pass-through variables work at depth 2', async () => {
     // The fake CLI is not on PATH: every server of the tree, nested ones included, must find it as the root did.
-    const s = await start(setup({ PATH: pathWith(), SUBAGENTS_BIN_CLAUDE: FAKE_CLAUDE, SUBAGENTS_MAX_DEPTH: '2' }));
+    // An operator pass-through variable must reach agents at every depth (the tree's list, not the nested server's).
+    const s = await start(setup({ PATH: pathWith(), SUBAGENTS_BIN_CLAUDE: FAKE_CLAUDE, SUBAGENTS_MAX_DEPTH: '2', SUBAGENTS_PASS_ENV: 'TEAM_*', TEAM_NOTE: 'kept-at-depth-2' }));
     const inner = { reply: 'inner [d4]', launches: [{ agent: 'echo', task: 'too deep' }], wait: true };
-    const outer = { reply: 'outer [d3]', launches: [{ agent: 'lead', task: JSON.stringify(inner) }], wait: true };
+    const outer = { reply: 'outer [d3]', launches: [{ agent: 'lead', task: JSON.stringify(inner) }, { agent: 'envdump', task: 'x' }], wait: true };
     const l = await s.call('launch', { agent: 'lead', task: JSON.stringify(outer) });
     expect(l.isError, textOf(l)).toBeFalsy();
     const fin = await waitTerminal(s, sc(l).runId);
     expect(fin.state, JSON.stringify(fin.error)).toBe('completed');
     const rep = JSON.parse(fin.output.text) as Report;
-    expect(rep.launches[0]!.isError, rep.launches[0]!.text).toBe(false);
-    expect(rep.finals[0]!.state).toBe('completed');
+    expect(rep.launches.map((x) => x.isError), rep.launches[0]!.text).toEqual([false, false]);
+    expect(rep.finals.map((f) => f.state)).toEqual(['completed', 'completed']);
+    const dumped = JSON.parse(rep.finals[1]!.output).env as Record<string, string>;
+    expect(dumped.SUBAGENTS_DEPTH).toBe('2');
+    expect(dumped.TEAM_NOTE).toBe('kept-at-depth-2');
     const innerRep = JSON.parse(rep.finals[0]!.output) as Report;
     expect(innerRep.reply).toBe('inner [d4]');
     expect(innerRep.launches[0]!.isError).toBe(true);
@@ -131,9 +136,9 @@ describe('delegate: true through the fake claude CLI', () => {
     const innerCall = claudeCalls(claudeDir).find((c) => JSON.parse(c.task).reply === 'inner [d4]')!;
     expect(innerCall.mcpConfig!.mcpServers.subagents!.env.SUBAGENTS_DEPTH).toBe('2');
     expect(innerCall.argv[0]).toBe('-p');
-    // Refused before anything was written: the root and the one nested claude run.
-    expect(runIds(t.home)).toHaveLength(2);
-    expect(fin.steps[0].children).toEqual([rep.launches[0]!.structured.runId]);
-    expect(fin.fanout.used).toBe(2);
+    // Refused before anything was written: the root, the nested claude run and the env dump.
+    expect(runIds(t.home)).toHaveLength(3);
+    expect([...fin.steps[0].children].sort()).toEqual(rep.launches.map((x) => x.structured.runId).sort());
+    expect(fin.fanout.used).toBe(3);
   });
 });
