@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { BackendAdapter, FrozenAgent, InvocationContext, OutputParser, ParsedResult } from '../../../src/agents/types.js';
+import { privateTestDir } from '../../helpers/private-dir.js';
 
 const FIXTURES = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../fixtures/cli-output');
 
@@ -73,7 +74,7 @@ export function privateScratchDir(): string {
   return mkdtempSync(path.join(PRIVATE_BASE, 'step-'));
 }
 
-const PRIVATE_BASE = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../../node_modules/.cache/subagents-adapter-tests');
+const PRIVATE_BASE = privateTestDir('subagents-adapter-tests');
 
 export function removePrivateScratchDirs(): void {
   rmSync(PRIVATE_BASE, { recursive: true, force: true });
