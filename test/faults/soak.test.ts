@@ -1,6 +1,6 @@
 /**
  * Soak: the invariants of SPEC §8 under sustained chaos. 300 short runs (SUBAGENTS_SOAK_RUNS scales it; launching stops
- * after SUBAGENTS_SOAK_SECONDS, default 90, on a machine too loaded to reach the target) are launched
+ * after SUBAGENTS_SOAK_SECONDS, default 130, on a machine too loaded to reach the target) are launched
  * through 4 server processes sharing one state home (2 launchers each, capacity 8), while at random: a run is
  * cancelled, a runner is SIGKILLed, and every ~60 accepted launches a server is SIGKILLed mid-traffic and replaced
  * (same session id, so it sees its runs again). Refusals (CAPACITY_EXHAUSTED, BUSY, HANDSHAKE_FAILED) are counted
@@ -22,7 +22,7 @@ import { pidAlive, pidsWithArg, pidsWithToken, readRecord, sleep, tempFiles, unt
 
 const TARGET = Number(process.env.SUBAGENTS_SOAK_RUNS ?? 300);
 /** Launching stops at the target or after this long, whichever comes first (a loaded machine gets fewer runs, not a hang). */
-const LAUNCH_SECONDS = Number(process.env.SUBAGENTS_SOAK_SECONDS ?? 90);
+const LAUNCH_SECONDS = Number(process.env.SUBAGENTS_SOAK_SECONDS ?? 130);
 const SERVERS = 4;
 const LAUNCHERS_PER_SERVER = 2;
 const LIMIT = 8;
