@@ -68,3 +68,12 @@ export function globToRegExp(glob: string): RegExp {
   const body = glob.split('*').map((part) => part.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')).join('.*');
   return new RegExp(`^${body}$`, 'i');
 }
+
+/** NODE_EXTRA_CA_CERTS as the runner carries it (see launch's runnerEnv): its agents get it back under its own name. */
+export const DEFERRED_CA_CERTS = 'SUBAGENTS_DEFERRED_NODE_EXTRA_CA_CERTS';
+
+/** The runner's environment as its agents' source: the deferred CA bundle under its real name again. */
+export function agentSourceEnv(runnerEnv: NodeJS.ProcessEnv): NodeJS.ProcessEnv {
+  const deferred = runnerEnv[DEFERRED_CA_CERTS];
+  return deferred === undefined ? runnerEnv : { ...runnerEnv, NODE_EXTRA_CA_CERTS: deferred };
+}

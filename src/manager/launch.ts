@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import { randomBytes } from 'node:crypto';
-import { adapterFor } from '../agents/adapters/index.js';
-import { buildAgentEnv } from '../agents/agent-env.js';
+import { adapterFor, allAdapters } from '../agents/adapters/index.js';
+import { buildAgentEnv, DEFERRED_CA_CERTS } from '../agents/agent-env.js';
 import type { AgentDefinition } from '../agents/types.js';
 import { SubagentError } from '../errors.js';
 import { newRunId } from '../ids.js';
@@ -150,7 +150,8 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   }
 
   o.onProgress?.('spawn');
-  const child = spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env: runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord)), logFile: runPaths.runnerLog });
+  const envFor = input.mode === 'chain' ? [...catalog.values()] : null;
+  const child = spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env: runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord), envFor), logFile: runPaths.runnerLog });
   testFault(ctx, 'server-after-spawn');
   const deadline = performance.now() + settings.handshakeTimeoutMs;
   const wait = { paths: runPaths, child, deadline, signal: o.signal };
@@ -243,7 +244,7 @@ function treePassEnv(ctx: ManagerContext, parentRecord: RunRecord | null): strin
   return parentRecord?.passEnv ?? ctx.settings.passEnv;
 }
 
-function runnerEnv(ctx: ManagerContext, steps: StepSpec[], passEnv: string[]): Record<string, string> {
+function runnerEnv(ctx: ManagerContext, steps: StepSpec[], passEnv: string[], appendable: AgentDefinition[] | null): Record<string, string> {
   const credentialEnv = new Set<string>();
   const agentEnv = new Set<string>();
   const each = (a: AgentTaskSpec) => {
@@ -251,7 +252,18 @@ function runnerEnv(ctx: ManagerContext, steps: StepSpec[], passEnv: string[]): R
     for (const n of a.agent.env) agentEnv.add(n);
   };
   for (const s of steps) if (s.kind === 'agent') each(s); else s.members.forEach(each);
+  if (appendable) {
+    // A chain may be given steps of any agent later (append): its runner must hold what those agents may receive.
+    for (const a of allAdapters()) for (const n of a.credentialEnv) credentialEnv.add(n);
+    for (const d of appendable) for (const n of d.env) agentEnv.add(n);
+  }
   const env = buildAgentEnv({ source: ctx.env, passEnv, credentialEnv: [...credentialEnv], agentEnv: [...agentEnv], extra: {} });
+  // The runner itself makes no TLS connection: loading a CA bundle would double its start (measured), so the
+  // value travels under another name and the runner hands it to its agents as NODE_EXTRA_CA_CERTS.
+  if (env.NODE_EXTRA_CA_CERTS !== undefined) {
+    env[DEFERRED_CA_CERTS] = env.NODE_EXTRA_CA_CERTS;
+    delete env.NODE_EXTRA_CA_CERTS;
+  }
   if (ctx.env.SUBAGENTS_TEST_FAULT) env.SUBAGENTS_TEST_FAULT = ctx.env.SUBAGENTS_TEST_FAULT;
   return env;
 }

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { createHash, randomBytes } from 'node:crypto';
 import { adapterFor } from '../agents/adapters/index.js';
-import { buildAgentEnv } from '../agents/agent-env.js';
+import { agentSourceEnv, buildAgentEnv } from '../agents/agent-env.js';
 import type { ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, terminateProcesses } from '../process/terminate.js';
 import { writeFileAtomic } from '../store/atomic-write.js';
@@ -222,7 +222,7 @@ class Executor {
     const budget = this.mintBudget(st.key);
     const adapter = adapterFor(spec.agent.backend)!;
     const env = buildAgentEnv({
-      source: process.env,
+      source: agentSourceEnv(process.env),
       passEnv: this.record.passEnv,
       credentialEnv: adapter.credentialEnv,
       agentEnv: spec.agent.env,

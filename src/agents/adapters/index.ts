@@ -19,3 +19,8 @@ const ADAPTERS: Partial<Record<Backend, BackendAdapter>> = {
 export function adapterFor(backend: Backend): BackendAdapter | undefined {
   return ADAPTERS[backend];
 }
+
+/** Every adapter (a chain's runner must be able to serve any backend an append may bring). */
+export function allAdapters(): BackendAdapter[] {
+  return Object.values(ADAPTERS).filter((a): a is BackendAdapter => a !== undefined);
+}
