@@ -1,7 +1,8 @@
 // Bundles the server into dist/main.js (plus lazily loaded dist/chunk-*.js: the command line's and the demo
 // client's code load only when used), after tsc has built dist/. A cold start then parses a few files instead of
 // several hundred modules of the SDK, zod and ajv (perf: cold start ~2× faster, see docs/performance.md).
-// The runner (dist/runner/main.js) stays tsc's output: it loads only Node built-ins before it reports ready.
+// The runner (dist/runner/main.js) stays tsc's output: it loads only Node built-ins before it reports ready; what it
+// loads after that (its supervisor) is bundled into dist/runner-supervisor.js.
 // Every chunk lands in dist/ itself, so src/paths.ts finds dist/ from import.meta.url in either build.
 // Without esbuild (SUBAGENTS_NO_BUNDLE=1, or the module missing) dist/main.js stays the unbundled tsc entry.
 import fs from 'node:fs';
@@ -11,8 +12,15 @@ import { fileURLToPath } from 'node:url';
 const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const dist = path.join(repo, 'dist');
 
+const SUPERVISOR = path.join(dist, 'runner-supervisor.js');
+
 export async function bundle() {
-  if (process.env.SUBAGENTS_NO_BUNDLE === '1') return false;
+  if (process.env.SUBAGENTS_NO_BUNDLE === '1') {
+    // A stale bundled supervisor must not outlive the tsc build it came from: the runner would prefer it.
+    fs.rmSync(SUPERVISOR, { force: true });
+    fs.rmSync(`${SUPERVISOR}.map`, { force: true });
+    return false;
+  }
   let esbuild;
   try {
     esbuild = await import('esbuild');
@@ -37,6 +45,22 @@ export async function bundle() {
       legalComments: 'none',
       logLevel: 'warning',
       // CommonJS dependencies (proper-lockfile, commander) call require() on built-ins.
+      banner: { js: "import{createRequire as __subagentsRequire}from'node:module';const require=__subagentsRequire(import.meta.url);" },
+    });
+    // The runner's supervisor as one file: the runner loads it between ready and proceed, and a launch waits for
+    // that (one file loads in about half the time of its ~30-module graph). It lands in dist/ itself, like the
+    // chunks, so src/paths.ts still resolves dist/ from it. The runner's entry stays tsc's built-ins-only module.
+    await esbuild.build({
+      entryPoints: [path.join(repo, 'src', 'runner', 'supervise.ts')],
+      outfile: path.join(tmp, 'runner-supervisor.js'),
+      bundle: true,
+      format: 'esm',
+      platform: 'node',
+      target: 'node20',
+      minify: true,
+      sourcemap: 'linked',
+      legalComments: 'none',
+      logLevel: 'warning',
       banner: { js: "import{createRequire as __subagentsRequire}from'node:module';const require=__subagentsRequire(import.meta.url);" },
     });
     // tsc's own entry stays runnable next to the bundle (bench/coldstart.mjs compares the two in one run).

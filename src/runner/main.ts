@@ -2,6 +2,7 @@
  * The detached runner: one per run, in its own process group, stdio to `runner.log`. Until it reports ready it loads
  * only Node built-ins (a launch waits for this), then it loads the supervisor while it waits to be told to proceed.
  */
+import fs from 'node:fs';
 import { writeFileAtomic } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
 import { RunPaths } from '../store/layout.js';
@@ -56,7 +57,7 @@ async function main(): Promise<number> {
     process.stderr.write('runner: the launch was ended before this runner reported ready; exiting without starting an agent\n');
     return 3;
   }
-  const supervisorLoading = import('./supervise.js');
+  const supervisorLoading = loadSupervisor();
   supervisorLoading.catch(() => {});
   // A server that never says proceed (it died, or gave up) must not leave us waiting: exit on our own.
   const proceed = await waitForFile(paths.proceed, record.handshakeTimeoutMs);
@@ -76,3 +77,15 @@ main().then(
     process.exit(1);
   },
 );
+
+/**
+ * The supervisor, loaded while we wait for proceed (a launch waits for it): the build's one-file bundle when there is
+ * one (dist/runner-supervisor.js), else the module graph (a tsc-only build, or running from source).
+ */
+function loadSupervisor(): Promise<typeof import('./supervise.js')> {
+  const bundled = new URL('../runner-supervisor.js', import.meta.url);
+  if (import.meta.url.endsWith('/dist/runner/main.js') && fs.existsSync(bundled)) {
+    return import(bundled.href) as Promise<typeof import('./supervise.js')>;
+  }
+  return import('./supervise.js');
+}
