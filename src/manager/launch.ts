@@ -121,11 +121,15 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     throw e;
   }
 
+  const handshakeTimeoutMs = parentRecord?.handshakeTimeoutMs ?? settings.handshakeTimeoutMs;
   const record: RunRecord = {
     v: 1, runId, sessionId: ctx.sessionId, mode: input.mode, cwd, label: input.label ?? null,
     createdAt: new Date().toISOString(), timeoutMs: input.timeoutMs ?? null,
-    defaultStepTimeoutMs: settings.defaultTimeoutMs, killGraceMs: parentRecord?.killGraceMs ?? settings.killGraceMs,
-    handshakeTimeoutMs: settings.handshakeTimeoutMs, maxOutputBytes: settings.maxOutputBytes, maxAgents: parentRecord?.maxAgents ?? settings.maxAgents,
+    // A nested server runs with its agent's environment (no operator settings): the tree's own values apply.
+    defaultStepTimeoutMs: parentRecord?.defaultStepTimeoutMs ?? settings.defaultTimeoutMs,
+    killGraceMs: parentRecord?.killGraceMs ?? settings.killGraceMs,
+    handshakeTimeoutMs, maxOutputBytes: parentRecord?.maxOutputBytes ?? settings.maxOutputBytes,
+    maxAgents: parentRecord?.maxAgents ?? settings.maxAgents,
     passEnv: treePassEnv(ctx, parentRecord), umask: originalUmask(), depth, rootRunId, parentRunId: nesting?.parentRunId ?? null,
     parentStepKey: nesting?.parentStepKey ?? null, limits, runToken: randomBytes(24).toString('base64url'),
     server: ctx.server, steps,
@@ -153,7 +157,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   const envFor = input.mode === 'chain' ? [...catalog.values()] : null;
   const child = spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env: runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord), envFor), logFile: runPaths.runnerLog });
   testFault(ctx, 'server-after-spawn');
-  const deadline = performance.now() + settings.handshakeTimeoutMs;
+  const deadline = performance.now() + handshakeTimeoutMs;
   const wait = { paths: runPaths, child, deadline, signal: o.signal };
   let phase: HandshakePhase = 'spawn';
   let runner = null;

@@ -34,7 +34,7 @@ describe('nested delegation through a real MCP client inside an agent', () => {
   it('lists nested runs as children, charges them to the tree budget and not to capacity, and passes exactly the nesting variables', async () => {
     t = tempStateHome();
     agents();
-    const s = await start({ SUBAGENTS_MAX_ACTIVE_RUNS: '1' });
+    const s = await start({ SUBAGENTS_MAX_ACTIVE_RUNS: '1', SUBAGENTS_DEFAULT_TIMEOUT_MS: '900000', SUBAGENTS_MAX_OUTPUT_BYTES: '2097152' });
     const plan = { launches: [{ agent: 'env', task: 'x' }, { tasks: [{ agent: 'echo', task: 'a' }, { agent: 'echo', task: 'b' }] }], wait: true };
     const l = await s.call('launch', { agent: 'delegate', task: JSON.stringify(plan) });
     expect(l.isError, textOf(l)).toBeFalsy();
@@ -73,6 +73,10 @@ describe('nested delegation through a real MCP client inside an agent', () => {
       expect(record.depth).toBe(1);
       expect(record.rootRunId).toBe(rootId);
       expect(record.parentRunId).toBe(rootId);
+      // The operator's settings reach nested runs through the tree, not through the agent's environment.
+      expect(record.defaultStepTimeoutMs).toBe(900000);
+      expect(record.maxOutputBytes).toBe(2097152);
+      expect(record.killGraceMs).toBe(300);
       const st = await s.call('status', { runId: id });
       expect(st.isError, textOf(st)).toBeFalsy();
       expect(sc(st).state).toBe('completed');
