@@ -19,7 +19,10 @@ export interface WaitInfo { waitedMs: number; changed: boolean }
 
 export type StatusAnswer =
   | ({ kind: 'run' } & RunView & Partial<WaitInfo>)
-  | ({ kind: 'list'; sessionId: string; runs: RunSummary[]; capacity: { active: number; limit: number } } & Partial<WaitInfo>);
+  | ({ kind: 'list'; sessionId: string; runs: RunSummary[]; omitted?: number; capacity: { active: number; limit: number } } & Partial<WaitInfo>);
+
+/** Runs a list answer carries inline (a summary is ~400 bytes: well under the 256 KiB inline cap). */
+export const LIST_MAX_RUNS = 200;
 
 /** Reads a status, reconciling it first if its runner is gone (SPEC §6: listings reconcile what they return). */
 export async function freshStatus(ctx: ManagerContext, runId: string): Promise<RunStatus> {
@@ -146,10 +149,13 @@ export async function getStatus(ctx: ManagerContext, q: StatusQuery, o: { signal
     }
   }
   const runs: RunSummary[] = [];
-  for (const m of metas) {
+  // The newest runs inline, the rest counted: a session with thousands of runs must not answer with megabytes
+  // (resources/list pages through all of them).
+  const omitted = Math.max(0, metas.length - LIST_MAX_RUNS);
+  for (const m of metas.slice(0, LIST_MAX_RUNS)) {
     let s: RunStatus | null = null;
     try { s = await freshStatus(ctx, m.runId); } catch { s = null; }
     runs.push(summarize(ctx, m.runId, s));
   }
-  return { kind: 'list', sessionId: ctx.sessionId, runs, capacity: capacitySnapshot(ctx), ...(info ?? {}) };
+  return { kind: 'list', sessionId: ctx.sessionId, runs, ...(omitted ? { omitted } : {}), capacity: capacitySnapshot(ctx), ...(info ?? {}) };
 }

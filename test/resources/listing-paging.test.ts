@@ -3,7 +3,7 @@ import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PAGE_SIZE } from '../../src/mcp/resources.js';
-import { waitTerminal, type Started } from '../helpers/server.js';
+import { sc, textOf, waitTerminal, type Started } from '../helpers/server.js';
 import { launchOk, world, type World } from '../sessions/session-helpers.js';
 
 const text = (r: { contents: unknown[] }) => (r.contents[0] as { text: string }).text;
@@ -57,6 +57,15 @@ describe('resources: list pagination, completion, paged reads', () => {
     }
   });
   afterAll(async () => { await w.cleanup(); });
+
+  it('status {} lists the newest 200 runs inline and counts the rest as omitted', async () => {
+    const r = await s.call('status', {});
+    expect(r.isError, textOf(r)).toBeFalsy();
+    const v = sc(r);
+    expect(v.runs.length).toBe(200);
+    expect(v.omitted).toBe(3 + clones.length - 200);
+    expect(v.runs.slice(3).map((x: any) => x.runId)).toEqual(clones.slice(0, 197));
+  });
 
   it('resources/list pages the session\'s runs newest first; a run launched between pages shifts nothing', async () => {
     const p1 = await s.client.listResources();
