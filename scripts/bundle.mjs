@@ -14,6 +14,20 @@ const dist = path.join(repo, 'dist');
 
 const SUPERVISOR = path.join(dist, 'runner-supervisor.js');
 
+/** Options both bundles share. */
+const COMMON = {
+  bundle: true,
+  format: 'esm',
+  platform: 'node',
+  target: 'node20',
+  minify: true,
+  sourcemap: 'linked',
+  legalComments: 'none',
+  logLevel: 'warning',
+  // CommonJS dependencies (proper-lockfile, commander) call require() on built-ins.
+  banner: { js: "import{createRequire as __subagentsRequire}from'node:module';const require=__subagentsRequire(import.meta.url);" },
+};
+
 export async function bundle() {
   if (process.env.SUBAGENTS_NO_BUNDLE === '1') {
     // A stale bundled supervisor must not outlive the tsc build it came from: the runner would prefer it.
@@ -35,17 +49,8 @@ export async function bundle() {
       outdir: tmp,
       entryNames: '[name]',
       chunkNames: 'chunk-[hash]',
-      bundle: true,
+      ...COMMON,
       splitting: true,
-      format: 'esm',
-      platform: 'node',
-      target: 'node20',
-      minify: true,
-      sourcemap: 'linked',
-      legalComments: 'none',
-      logLevel: 'warning',
-      // CommonJS dependencies (proper-lockfile, commander) call require() on built-ins.
-      banner: { js: "import{createRequire as __subagentsRequire}from'node:module';const require=__subagentsRequire(import.meta.url);" },
     });
     // The runner's supervisor as one file: the runner loads it between ready and proceed, and a launch waits for
     // that (one file loads in about half the time of its ~30-module graph). It lands in dist/ itself, like the
@@ -53,15 +58,7 @@ export async function bundle() {
     await esbuild.build({
       entryPoints: [path.join(repo, 'src', 'runner', 'supervise.ts')],
       outfile: path.join(tmp, 'runner-supervisor.js'),
-      bundle: true,
-      format: 'esm',
-      platform: 'node',
-      target: 'node20',
-      minify: true,
-      sourcemap: 'linked',
-      legalComments: 'none',
-      logLevel: 'warning',
-      banner: { js: "import{createRequire as __subagentsRequire}from'node:module';const require=__subagentsRequire(import.meta.url);" },
+      ...COMMON,
     });
     // tsc's own entry stays runnable next to the bundle (bench/coldstart.mjs compares the two in one run).
     fs.copyFileSync(path.join(dist, 'main.js'), path.join(dist, 'main.unbundled.js'));

@@ -10,21 +10,11 @@ import type { Started } from '../helpers/server.js';
 
 export const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
 export const TREE = path.join(FIXTURE_AGENTS, 'tree-agent.mjs');
-export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+export { sleep, until } from '../helpers/runs.js';
+export { procIdentity as identityOf } from '../helpers/runs.js';
+import { procIdentity as identityOf } from '../helpers/runs.js';
 
 export interface Identity { pid: number; startTime: string }
-
-/** pid + start time (field 22 of /proc/<pid>/stat, read after the last ')'), or null when gone or a zombie. */
-export function identityOf(pid: number): Identity | null {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    if (f[0] === 'Z') return null;
-    return { pid, startTime: f[19]! };
-  } catch {
-    return null;
-  }
-}
 
 /** The very process we saw is still running (a reused pid with another start time is not it). */
 export function stillRunning(id: Identity): boolean {
@@ -44,16 +34,6 @@ export function pidsMentioning(needle: string): number[] {
     } catch { /* gone, or not ours to read */ }
   }
   return out;
-}
-
-/** Polls `cond` until it holds or `maxMs` passes: a bound on a hang, never a speed grade. */
-export async function until(cond: () => boolean, maxMs = 10_000, everyMs = 50): Promise<boolean> {
-  const end = performance.now() + maxMs;
-  while (performance.now() < end) {
-    if (cond()) return true;
-    await sleep(everyMs);
-  }
-  return cond();
 }
 
 export function runDirs(home: string): string[] {

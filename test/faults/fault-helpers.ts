@@ -7,7 +7,7 @@ import path from 'node:path';
 import { FIXTURE_AGENTS } from '../helpers/paths.js';
 
 export const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
-export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+export { sleep, until } from '../helpers/runs.js';
 
 /** The run's launch record, as the runner reads it. */
 export function readRecord(home: string, runId: string): Record<string, any> {
@@ -89,16 +89,6 @@ export function tempFiles(dir: string): string[] {
   };
   walk(dir);
   return out;
-}
-
-/** Polls `cond` until it holds or `maxMs` passes (a bound on a hang, not a speed grade). */
-export async function until(cond: () => boolean, maxMs = 10_000, everyMs = 50): Promise<boolean> {
-  const end = performance.now() + maxMs;
-  while (performance.now() < end) {
-    if (cond()) return true;
-    await sleep(everyMs);
-  }
-  return cond();
 }
 
 /** Peak resident memory of a process in KiB (VmHWM), or null once it is gone. */

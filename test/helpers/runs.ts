@@ -64,3 +64,13 @@ export async function ok(s: Started, tool: string, args: Record<string, unknown>
     return sc(r);
   }
 }
+
+/** Polls `cond` until it holds or `maxMs` passes: a bound on a hang, never a speed grade. */
+export async function until(cond: () => boolean, maxMs = 10_000, everyMs = 50): Promise<boolean> {
+  const end = performance.now() + maxMs;
+  while (performance.now() < end) {
+    if (cond()) return true;
+    await sleep(everyMs);
+  }
+  return cond();
+}
