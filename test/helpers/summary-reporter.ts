@@ -14,7 +14,8 @@ export default class SummaryReporter implements Reporter {
         else if (s === 'failed') failed++;
         else skipped++;
       }
-      if (mod.state() === 'failed' && tests.length === 0) failed++; // a file that failed to load
+      // A file that failed to load, or whose hooks failed while every test passed, is a failure too (vitest exits 1).
+      if (mod.state() === 'failed' && !tests.some((t) => t.result().state === 'failed')) failed++;
     }
     failed += unhandledErrors.length;
     process.stdout.write(`\n${passed} passed, ${failed} failed, ${skipped} skipped\n`);
