@@ -9,6 +9,7 @@ import { SessionView } from '../manager/sessions.js';
 import { Sweeper } from '../manager/sweep.js';
 import { selfIdentity } from '../process/identity.js';
 import { openStateHome } from '../store/state-home.js';
+import { settleLocks } from '../store/lock.js';
 import { createServer } from './server.js';
 
 /** How often the parent pid is checked: a server whose client vanished must not linger (SPEC §8.9). */
@@ -80,7 +81,8 @@ export async function serve(flags: Record<string, string | string[] | undefined>
     shutdownController.abort();
     // Launches not yet told to proceed record their failure; runs already started are left alone.
     setTimeout(() => process.exit(0), SHUTDOWN_GRACE_MS).unref();
-    void handle.close().finally(() => setTimeout(() => process.exit(0), 300).unref());
+    // Then no new lock is taken and those under way finish: exiting mid-acquisition would strand a lock (store/lock.ts).
+    void handle.close().finally(() => setTimeout(() => void settleLocks().finally(() => process.exit(0)), 300).unref());
   };
   process.stdin.on('end', () => shutdown('stdin closed'));
   process.stdin.on('close', () => shutdown('stdin closed'));

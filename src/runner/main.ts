@@ -66,8 +66,12 @@ async function main(): Promise<number> {
     return 3;
   }
   fault('after-proceed');
-  const { supervise } = await supervisorLoading;
-  return supervise(record, paths, me);
+  const { supervise, settleLocks } = await supervisorLoading;
+  try {
+    return await supervise(record, paths, me);
+  } finally {
+    await settleLocks(); // never exit with a lock acquisition in flight (it would leave a lock nobody holds)
+  }
 }
 
 main().then(

@@ -9,6 +9,7 @@ import { writeFileAtomic } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
 import { Layout, type RunPaths } from '../store/layout.js';
 import { withLedger } from '../store/ledger.js';
+export { settleLocks } from '../store/lock.js';
 import { RunStore } from '../store/run-store.js';
 import {
   isTerminalRun, isTerminalStep, type AgentTaskSpec, type RunRecord, type RunState, type RunStatus, type StepError,
@@ -236,6 +237,7 @@ class Executor {
       },
     });
     const timeoutMs = spec.agent.timeoutMs ?? this.record.defaultStepTimeoutMs;
+    const recorded: Promise<unknown>[] = [];
     let result;
     try {
       result = await runAgentProcess({
@@ -251,12 +253,13 @@ class Executor {
         spare: (p) => this.isNestedRunner(st.key, p),
         onStarted: (agent) => {
           st.process = agent;
-          void this.write().catch(() => {}); // the step's next write carries it
-          void setAgentSlotProcess(this.layout, slotKey, agent).catch(() => {});
+          // Not awaited here (the agent is already running), but before the step ends: nothing outlives its step.
+          recorded.push(this.write().catch(() => {}), setAgentSlotProcess(this.layout, slotKey, agent).catch(() => {}));
         },
       });
     } finally {
       budget.revoke();
+      await Promise.all(recorded);
     }
     await this.settleChildren(st.key);
     await releaseAgentSlot(this.layout, slotKey).catch(() => {});

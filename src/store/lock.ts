@@ -14,18 +14,41 @@ export interface LockOptions {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** Lock sections of this process not yet finished (acquiring, holding or releasing). */
+const inFlight = new Set<Promise<unknown>>();
+let closing = false;
+
+/**
+ * Call before `process.exit`: stops waiting for locks and lets every section under way finish and release. Exiting
+ * with an acquisition in flight can leave a lock directory that nobody holds (its mkdir completes on the thread pool
+ * while the process dies, after proper-lockfile's exit hook ran): every other process then waits out the stale
+ * time and answers BUSY. Seen as 8 concurrent launches failing at bind after a runner exited mid-acquisition.
+ */
+export async function settleLocks(): Promise<void> {
+  closing = true;
+  while (inFlight.size > 0) await Promise.allSettled([...inFlight]);
+}
+
 /**
  * Runs `fn` holding a cross-process lock on `target` (a `<target>.lock` directory, proper-lockfile semantics:
  * mkdir is atomic; the holder refreshes its mtime; a holder dead for `staleMs` is taken over). The lock is never held
  * across a spawn or a wait: callers keep `fn` to bounded file work.
  */
-export async function withLock<T>(target: string, fn: () => T | Promise<T>, options: LockOptions = {}): Promise<T> {
+export function withLock<T>(target: string, fn: () => T | Promise<T>, options: LockOptions = {}): Promise<T> {
+  const section = lockSection(target, fn, options);
+  inFlight.add(section);
+  void section.catch(() => {}).finally(() => inFlight.delete(section));
+  return section;
+}
+
+async function lockSection<T>(target: string, fn: () => T | Promise<T>, options: LockOptions): Promise<T> {
   const waitMs = options.waitMs ?? 5000;
   const staleMs = options.staleMs ?? 5000;
   const deadline = performance.now() + waitMs;
   let release: (() => Promise<void>) | undefined;
   let delay = 2;
   for (;;) {
+    if (closing) throw new SubagentError('BUSY', 'this process is exiting; the lock was not taken.');
     try {
       release = await lockfile.lock(target, {
         realpath: false,

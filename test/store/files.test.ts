@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -8,6 +9,7 @@ import { appendEvent, readEvents } from '../../src/store/event-log.js';
 import { readJsonFile, readTextNoFollow } from '../../src/store/json-file.js';
 import { Layout } from '../../src/store/layout.js';
 import { withLock } from '../../src/store/lock.js';
+import { REPO } from '../helpers/paths.js';
 import { RunStore } from '../../src/store/run-store.js';
 import type { RunRecord, RunStatus } from '../../src/store/run-types.js';
 import { checkStateHome, openStateHome } from '../../src/store/state-home.js';
@@ -145,4 +147,27 @@ describe('lock', () => {
     expect((inner as Error).message).toMatch(/capacity ledger lock stayed held for 150 ms/);
     expect(await withLock(target, () => 'free again')).toBe('free again');
   });
+
+  it('settleLocks (before exit) lets a held section finish and release, and a waiting one give up at once', () => {
+    // In its own process: settling is for good (the process is about to exit).
+    const target = path.join(dir, 'ledger.json');
+    const script = `
+      import { withLock, settleLocks } from ${JSON.stringify(path.join(REPO, 'dist', 'store', 'lock.js'))};
+      const target = process.argv[1];
+      let heldDone = false;
+      const held = withLock(target, async () => { await new Promise((r) => setTimeout(r, 300)); heldDone = true; });
+      await new Promise((r) => setTimeout(r, 50));
+      const waiting = withLock(target, () => 'got it').catch((e) => e.code + ': ' + e.message);
+      await settleLocks();
+      process.stdout.write(JSON.stringify({ heldDone, waiting: await waiting, lockLeft: (await import('node:fs')).existsSync(target + '.lock') }));
+      await held;
+      process.exit(0);`;
+    const out = execFileSync(process.execPath, ['--input-type=module', '-e', script, target], { encoding: 'utf8' });
+    const r = JSON.parse(out);
+    expect(r.heldDone).toBe(true);
+    expect(r.waiting).toMatch(/^BUSY: this process is exiting/);
+    expect(r.lockLeft).toBe(false);
+    expect(fs.existsSync(`${target}.lock`)).toBe(false);
+  });
 });
+
