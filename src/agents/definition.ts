@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import YAML from 'yaml';
-import { z } from 'zod';
+import * as z from 'zod';
 import { BACKENDS, PERMISSIONS, type AgentDefinition, type AgentSource, type Backend } from './types.js';
 import { isNeverPass, isNestingName } from './agent-env.js';
 
