@@ -1,7 +1,10 @@
-// After tsc: bundle the server into dist/main.js (scripts/bundle.mjs), then mark the bin executable (npm does it on
-// install, not for a local build).
+// After tsc: render tools/list into dist/tools-list.json (served from there: src/mcp/tool-list.ts), bundle the server
+// into dist/main.js (scripts/bundle.mjs), then mark the bin executable (npm does it on install, not for a local build).
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
+import { fileURLToPath } from 'node:url';
 import { bundle } from './bundle.mjs';
 
+execFileSync(process.execPath, [fileURLToPath(new URL('../dist/scripts/gen-schemas.js', import.meta.url)), '--tool-list'], { stdio: 'inherit' });
 await bundle();
 fs.chmodSync(new URL('../dist/main.js', import.meta.url), 0o755);

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import YAML from 'yaml';
+import type * as Yaml from 'yaml';
 import * as z from 'zod';
 import { BACKENDS, PERMISSIONS, type AgentDefinition, type AgentSource, type Backend } from './types.js';
 import { isNeverPass, isNestingName } from './agent-env.js';
@@ -13,6 +13,19 @@ export const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
  * only the characters real ids use (`sonnet`, `claude-sonnet-4-5[1m]`, `openai/gpt-5`, `provider/model:high`).
  */
 const MODEL_RE = /^[A-Za-z0-9][A-Za-z0-9._:/@+[\]-]{0,127}$/;
+
+let yaml: Pick<typeof Yaml, 'parseDocument'> | null = null;
+
+/**
+ * Loads the YAML parser (its own ~110 KiB chunk, and a few MiB of memory once compiled): a server that never reads an
+ * agent file never loads it. Await it before `parseAgentFile`; the catalog's async entry points do.
+ */
+export async function loadYamlParser(): Promise<void> {
+  if (yaml) return;
+  const m = await import('yaml');
+  // yaml is CommonJS: Node's ESM gives named exports, esbuild's bundle only `default` (module.exports).
+  yaml = m.default ?? m;
+}
 
 export interface AgentFileMeta {
   /** Absolute path of the file (recorded in the definition; never used to read). */
@@ -140,7 +153,8 @@ function parseFrontMatter(frontMatter: string): YamlResult {
 function parseYaml(text: string): YamlResult {
   // Core schema: plain data only, no custom tags that construct objects; duplicate keys are an error (which one would
   // win is ambiguous); few aliases, so a small file cannot expand into a huge value.
-  const doc = YAML.parseDocument(text, { schema: 'core', merge: false, uniqueKeys: true });
+  if (!yaml) throw new Error('the YAML parser is not loaded (await loadYamlParser() first)');
+  const doc = yaml.parseDocument(text, { schema: 'core', merge: false, uniqueKeys: true });
   const err = doc.errors[0];
   // yaml's own messages quote the offending line, so only its code and position are reported.
   if (err) return { ok: false, reason: `front matter is not valid YAML (${err.code}${at(err.linePos?.[0])})` };

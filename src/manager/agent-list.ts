@@ -15,9 +15,9 @@ export interface AgentListing {
 }
 
 /** The `agents` tool: what can be launched here, and which files were refused (reasons only, never contents). */
-export function listAgents(ctx: ManagerContext): AgentListing {
-  const full = ctx.nesting ? null : loadFullCatalog(ctx);
-  const agents = full ? full.agents : catalogFor(ctx);
+export async function listAgents(ctx: ManagerContext): Promise<AgentListing> {
+  const full = ctx.nesting ? null : await loadFullCatalog(ctx);
+  const agents = full ? full.agents : await catalogFor(ctx);
   return {
     agents: [...agents.values()].sort((a, b) => a.name.localeCompare(b.name)).map((d) => {
       const { problem } = locateBackend(d, ctx);

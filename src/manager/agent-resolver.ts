@@ -3,6 +3,7 @@ import path from 'node:path';
 import { adapterFor } from '../agents/adapters/index.js';
 import { expandAgentDir } from '../agents/adapters/command.js';
 import { loadCatalog, type Catalog } from '../agents/catalog.js';
+import { loadYamlParser } from '../agents/definition.js';
 import { resolveBin } from '../agents/resolve-bin.js';
 import type { AgentDefinition, FrozenAgent } from '../agents/types.js';
 import { SubagentError } from '../errors.js';
@@ -41,16 +42,18 @@ export function locateBackend(def: SnapshotAgent, ctx: Pick<ManagerContext, 'set
 }
 
 /** The catalog a launch resolves agents from. Nested launches use the snapshot their tree's root froze. */
-export function catalogFor(ctx: ManagerContext): Map<string, AgentDefinition> {
+export async function catalogFor(ctx: ManagerContext): Promise<Map<string, AgentDefinition>> {
   if (ctx.nesting) {
     const snap = readJsonFile<AgentDefinition[]>(catalogSnapshotFile(ctx, ctx.nesting.rootRunId));
     // A child cannot add agents by writing files: only what the root server resolved exists.
     return new Map((snap ?? []).map((d) => [d.name, d]));
   }
+  await loadYamlParser();
   return loadCatalog({ settings: ctx.settings, bundledDir: BUNDLED_AGENTS_DIR }).agents;
 }
 
-export function loadFullCatalog(ctx: Pick<ManagerContext, 'settings'>): Catalog {
+export async function loadFullCatalog(ctx: Pick<ManagerContext, 'settings'>): Promise<Catalog> {
+  await loadYamlParser();
   return loadCatalog({ settings: ctx.settings, bundledDir: BUNDLED_AGENTS_DIR });
 }
 

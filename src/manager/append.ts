@@ -30,7 +30,7 @@ export async function appendStep(ctx: ManagerContext, runId: string, entry: Chai
   const pre = await freshStatus(ctx, runId);
   if (isTerminalRun(pre.state)) throw notActive(runId, pre.state);
   // Top-level chains take the catalog as it is now; nested ones only what their tree's root froze.
-  const catalog = meta.depth === 0 && !ctx.nesting ? loadFullCatalog(ctx).agents : catalogFor(ctx);
+  const catalog = meta.depth === 0 && !ctx.nesting ? (await loadFullCatalog(ctx)).agents : await catalogFor(ctx);
   const [step] = buildSteps(ctx, catalog, [entry]);
   return ctx.store.withRunLock(runId, async () => {
     const status = ctx.store.readStatus(runId)!;

@@ -139,8 +139,8 @@ export async function runDoctor(ctx: ManagerContext, version: string): Promise<D
   }));
   if (!backends.some((b) => b.usable)) warnings.push('no agent CLI is usable here; only `backend: command` agents (like the demo\'s) can run');
 
-  const listing = listAgents(ctx);
-  const catalog = loadFullCatalog(ctx);
+  const listing = await listAgents(ctx);
+  const catalog = await loadFullCatalog(ctx);
   if (listing.refused.length) warnings.push(`${listing.refused.length} agent file(s) refused (see agents)`);
 
   const patterns = s.passEnv.map((p) => globToRegExp(p));

@@ -17,6 +17,7 @@ import { awaitReady, handshakeError, HandshakeFailure, proceedAndAwaitStart, typ
 import { checkNesting } from './nesting.js';
 import { resolveRunCwd } from './roots.js';
 import { indexRun, ownActiveRuns } from './listing.js';
+import { originalUmask } from './original-umask.js';
 
 export interface AgentTaskInput { agent: string; task: string }
 export interface GroupInput { parallel: AgentTaskInput[]; concurrency?: number; failFast?: boolean }
@@ -97,7 +98,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   }
 
   const cwd = parentRecord && input.cwd === undefined ? parentRecord.cwd : resolveRunCwd(ctx, input.cwd);
-  const catalog = catalogFor(ctx);
+  const catalog = await catalogFor(ctx);
   const entries: ChainEntryInput[] = input.mode === 'single' ? [input.step] : input.mode === 'parallel' ? [input.group] : input.chain;
   const steps = buildSteps(ctx, catalog, entries, input.model);
   const paths = claimPaths(steps);
@@ -276,8 +277,3 @@ function runnerEnv(ctx: ManagerContext, steps: StepSpec[], passEnv: string[], ap
 function testFault(ctx: ManagerContext, phase: string): void {
   if (ctx.env.SUBAGENTS_TEST_FAULT === phase) process.kill(process.pid, 'SIGKILL');
 }
-
-let umaskAtStart: number | null = null;
-/** The user's umask as it was before the server switched to 077. */
-export function setOriginalUmask(mask: number): void { umaskAtStart = mask; }
-function originalUmask(): number { return umaskAtStart ?? 0o022; }

@@ -4,6 +4,7 @@ import { SubagentError } from '../errors.js';
 import { isSessionIdShape } from '../ids.js';
 import { writeFileAtomic, ensurePrivateDir } from '../store/atomic-write.js';
 import { SessionRegistry, type SessionRecord } from '../store/session-registry.js';
+import { newSessionRecord, registerSession } from './session-record.js';
 import type { ManagerContext } from './context.js';
 import { listAll, type RunMeta } from './listing.js';
 import { freshStatus } from './run-status.js';
@@ -20,18 +21,19 @@ export class SessionView {
   readonly registry: SessionRegistry;
   constructor(private readonly home: string, readonly sessionId: string, private readonly runsDir: string) {
     this.registry = new SessionRegistry(home);
-    this.own = { v: 1, sessionId, startedAt: new Date().toISOString(), client: null, ancestors: [] };
+    this.own = newSessionRecord(sessionId);
   }
 
   register(client: SessionRecord['client']): void {
-    const existing = this.registry.read(this.sessionId);
-    const ancestors = new Set([...this.own.ancestors, ...(existing?.ancestors ?? this.registry.ancestorsOf(this.sessionId, this.runsDir))]);
-    this.own = {
-      v: 1, sessionId: this.sessionId, startedAt: existing?.startedAt ?? this.own.startedAt,
-      client: client ?? existing?.client ?? this.own.client, ancestors: [...ancestors],
-    };
-    // Not an acknowledgement (restore's write is): no fsync, so start-up and initialize stay quick.
-    this.registry.write(this.own, { durable: false });
+    this.own = registerSession(this.registry, this.runsDir, this.own, client);
+  }
+
+  /** Takes over the record the server wrote at start (serve.ts), writing one only if there is none. */
+  adoptRecord(client: SessionRecord['client']): void {
+    let existing: SessionRecord | null = null;
+    try { existing = this.registry.read(this.sessionId); } catch { existing = null; }
+    if (existing && (client === null || existing.client !== null)) this.own = existing;
+    else this.register(client);
   }
 
   /** The recorded direct ancestors of this session (memory, file and rebuilt markers together). */

@@ -1,15 +1,12 @@
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { loadSettings, type Settings } from '../config.js';
 import { newSessionId } from '../ids.js';
-import { makeStore, type ManagerContext } from '../manager/context.js';
-import { setOriginalUmask } from '../manager/launch.js';
-import { resolveNesting } from '../manager/nesting.js';
-import { fallbackRoots, realpathOrNull } from '../manager/roots.js';
-import { SessionView } from '../manager/sessions.js';
-import { Sweeper } from '../manager/sweep.js';
-import { selfIdentity } from '../process/identity.js';
+import { setOriginalUmask } from '../manager/original-umask.js';
+import { realpathOrNull } from '../manager/roots.js';
+import { newSessionRecord, registerSession } from '../manager/session-record.js';
+import { Layout } from '../store/layout.js';
+import { SessionRegistry } from '../store/session-registry.js';
 import { openStateHome } from '../store/state-home.js';
-import { settleLocks } from '../store/lock.js';
 import { createServer } from './server.js';
 
 /** How often the parent pid is checked: a server whose client vanished must not linger (SPEC §8.9). */
@@ -20,22 +17,6 @@ const SHUTDOWN_GRACE_MS = 1200;
 function log(line: string): void {
   // stderr only: stdout is the protocol stream.
   process.stderr.write(`subagents-mcp: ${line}\n`);
-}
-
-/** Builds the manager context of one server process. */
-export function buildContext(settings: Settings, env: NodeJS.ProcessEnv, clientRoots: () => string[] | null): { ctx: ManagerContext; sessions: SessionView } {
-  const { layout, store } = makeStore(settings);
-  const sessionId = settings.sessionId ?? newSessionId();
-  const sessions = new SessionView(settings.home, sessionId, layout.runsDir);
-  const nesting = resolveNesting(env, layout);
-  const explicit = settings.explicitRoots?.map(realpathOrNull).filter((r): r is string => r !== null) ?? null;
-  const fallback = fallbackRoots(settings.cwd, env);
-  const ctx: ManagerContext = {
-    settings, layout, store, sessionId, server: selfIdentity(), nesting, env, log,
-    roots: () => explicit ?? clientRoots() ?? fallback,
-    visibleSessions: () => sessions.visible(),
-  };
-  return { ctx, sessions };
 }
 
 export async function serve(flags: Record<string, string | string[] | undefined>, version: string): Promise<void> {
@@ -49,13 +30,17 @@ export async function serve(flags: Record<string, string | string[] | undefined>
     process.exit(2);
   }
   let clientRoots: string[] | null = null;
-  const { ctx, sessions } = buildContext(settings, process.env, () => clientRoots);
+  // One session id for the record written now and the core loaded later.
+  settings = { ...settings, sessionId: settings.sessionId ?? newSessionId() };
+  const registry = new SessionRegistry(settings.home);
+  let own = newSessionRecord(settings.sessionId!);
+  const register = (client: { name: string; version: string } | null) => {
+    try { own = registerSession(registry, new Layout(settings.home).runsDir, own, client); } catch { /* the registry is best effort */ }
+  };
   const shutdownController = new AbortController();
-  const handle = createServer(ctx, {
-    version,
-    shutdown: shutdownController.signal,
-    sessions: ctx.nesting ? null : sessions,
-    onClient: (name, v) => { try { sessions.register({ name: name.slice(0, 100), version: v.slice(0, 50) }); } catch { /* registry is best effort */ } },
+  const handle = createServer({
+    version, settings, env: process.env, clientRoots: () => clientRoots, shutdown: shutdownController.signal, log,
+    onClient: (name, v) => register({ name: name.slice(0, 100), version: v.slice(0, 50) }),
   });
   const { server } = handle;
 
@@ -82,7 +67,7 @@ export async function serve(flags: Record<string, string | string[] | undefined>
     // Launches not yet told to proceed record their failure; runs already started are left alone.
     setTimeout(() => process.exit(0), SHUTDOWN_GRACE_MS).unref();
     // Then no new lock is taken and those under way finish: exiting mid-acquisition would strand a lock (store/lock.ts).
-    void handle.close().finally(() => setTimeout(() => void settleLocks().finally(() => process.exit(0)), 300).unref());
+    void handle.close().finally(() => setTimeout(() => void import('../store/lock.js').then((m) => m.settleLocks()).finally(() => process.exit(0)), 300).unref());
   };
   process.stdin.on('end', () => shutdown('stdin closed'));
   process.stdin.on('close', () => shutdown('stdin closed'));
@@ -91,8 +76,6 @@ export async function serve(flags: Record<string, string | string[] | undefined>
   const parent = process.ppid;
   setInterval(() => { if (process.ppid !== parent) shutdown('parent process changed'); }, PARENT_CHECK_MS).unref();
 
-  try { sessions.register(null); } catch { /* best effort */ }
+  register(null);
   await server.connect(new StdioServerTransport());
-  handle.watcher.start();
-  new Sweeper(ctx).start();
 }

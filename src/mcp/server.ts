@@ -2,24 +2,9 @@ import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import {
   CallToolRequestSchema, CompleteRequestSchema, ListResourcesRequestSchema, ListResourceTemplatesRequestSchema,
   ListToolsRequestSchema, ReadResourceRequestSchema, SubscribeRequestSchema, UnsubscribeRequestSchema,
-  type CallToolResult,
 } from '@modelcontextprotocol/sdk/types.js';
-import type { ManagerContext } from '../manager/context.js';
-import type { SessionView } from '../manager/sessions.js';
-import { refusal } from './results.js';
-import { completeArgument, listResources, readResource, requireResource, RESOURCE_TEMPLATES } from './resources.js';
-import { toJsonSchema } from './schemas.js';
-import { RunWatcher } from './run-watcher.js';
-import type { ToolDefinition, ToolEnv } from './tool.js';
-import { agentsTool } from './tools/agents.js';
-import { appendTool } from './tools/append.js';
-import { cancelTool } from './tools/cancel.js';
-import { dismissTool } from './tools/dismiss.js';
-import { launchTool } from './tools/launch.js';
-import { restoreTool } from './tools/restore.js';
-import { statusTool } from './tools/status.js';
-
-export const TOOLS: ToolDefinition[] = [launchTool, statusTool, appendTool, restoreTool, dismissTool, cancelTool, agentsTool];
+import type { Core, CoreOptions } from './core.js';
+import { readToolList } from './tool-list.js';
 
 export const INSTRUCTIONS = [
   'subagents: delegate work to other agents as background runs that outlive this conversation turn and this server.',
@@ -35,12 +20,17 @@ export const INSTRUCTIONS = [
 
 export interface ServerHandle {
   server: Server;
-  watcher: RunWatcher;
+  /** The core (context, handlers, watcher, sweeper), loaded once. */
+  core: () => Promise<Core>;
   close: () => Promise<void>;
 }
 
-/** Builds the MCP server: the only module that wires the SDK to the manager. */
-export function createServer(ctx: ManagerContext, o: { version: string; shutdown: AbortSignal; sessions: SessionView | null; onClient?: (name: string, version: string) => void }): ServerHandle {
+/**
+ * Builds the MCP server: the only module that wires the SDK to the manager. Start-up loads the SDK and this file only:
+ * tools/list is served from the list the build rendered, and the core (./core.js) loads right after the client's
+ * `initialized`, or at the first request that needs it, whichever comes first.
+ */
+export function createServer(o: Omit<CoreOptions, 'server'> & { version: string; onClient?: (name: string, version: string) => void }): ServerHandle {
   const server = new Server({ name: 'subagents', version: o.version }, {
     capabilities: {
       tools: { listChanged: false },
@@ -50,42 +40,42 @@ export function createServer(ctx: ManagerContext, o: { version: string; shutdown
     },
     instructions: INSTRUCTIONS,
   });
-  const watcher = new RunWatcher(ctx, server);
-  const env: ToolEnv = { ctx, shutdown: o.shutdown, sessions: o.sessions, onListChanged: () => watcher.listChanged() };
-  const byName = new Map(TOOLS.map((t) => [t.name, t]));
+  let loading: Promise<Core> | null = null;
+  let loaded: Core | null = null;
+  let closed = false;
+  const core = (): Promise<Core> => {
+    loading ??= import('./core.js').then((m) => {
+      loaded = m.startCore({ ...o, server });
+      if (closed) loaded.stop();
+      return loaded;
+    });
+    return loading;
+  };
 
   server.oninitialized = () => {
     const v = server.getClientVersion();
     if (v) o.onClient?.(v.name, v.version);
+    // After the answers already queued (tools/list usually follows initialized at once): the core is not needed for them.
+    setImmediate(() => { void core().catch((e: unknown) => o.log(`could not load the server core: ${(e as Error).message}`)); });
   };
   server.setRequestHandler(ListToolsRequestSchema, async () => ({
-    tools: TOOLS.map((t) => ({
-      name: t.name, title: t.title, description: t.description, annotations: t.annotations,
-      inputSchema: toJsonSchema(t.input) as { type: 'object' }, outputSchema: toJsonSchema(t.output) as { type: 'object' },
-    })),
+    tools: readToolList() ?? (await import('./tools/all.js')).renderToolList(),
   }));
-  server.setRequestHandler(CallToolRequestSchema, async (req, extra): Promise<CallToolResult> => {
-    const tool = byName.get(req.params.name);
-    if (!tool) return refusal(new (await import('../errors.js')).SubagentError('INVALID_INPUT', `no tool named ${JSON.stringify(req.params.name.slice(0, 64))}; the tools are ${TOOLS.map((t) => t.name).join(', ')}.`), ctx.log);
-    const result = await tool.handler(req.params.arguments ?? {}, extra, env);
-    watcher.poke();
-    return result;
-  });
-  server.setRequestHandler(ListResourcesRequestSchema, async (req) => listResources(ctx, req.params?.cursor));
-  server.setRequestHandler(ListResourceTemplatesRequestSchema, async () => ({ resourceTemplates: RESOURCE_TEMPLATES }));
-  server.setRequestHandler(ReadResourceRequestSchema, async (req) => readResource(ctx, req.params.uri));
-  // Subscribing to a run this session cannot see answers the same not-found error as reading it.
-  server.setRequestHandler(SubscribeRequestSchema, async (req) => { requireResource(ctx, req.params.uri); watcher.subscribe(req.params.uri); return {}; });
-  server.setRequestHandler(UnsubscribeRequestSchema, async (req) => { watcher.unsubscribe(req.params.uri); return {}; });
+  server.setRequestHandler(CallToolRequestSchema, async (req, extra) => (await core()).callTool(req.params.name, req.params.arguments ?? {}, extra));
+  server.setRequestHandler(ListResourcesRequestSchema, async (req) => (await core()).listResources(req.params?.cursor));
+  server.setRequestHandler(ListResourceTemplatesRequestSchema, async () => ({ resourceTemplates: (await core()).resourceTemplates }));
+  server.setRequestHandler(ReadResourceRequestSchema, async (req) => (await core()).readResource(req.params.uri));
+  server.setRequestHandler(SubscribeRequestSchema, async (req) => { (await core()).subscribe(req.params.uri); return {}; });
+  server.setRequestHandler(UnsubscribeRequestSchema, async (req) => { (await core()).unsubscribe(req.params.uri); return {}; });
   server.setRequestHandler(CompleteRequestSchema, async (req) => {
     const arg = req.params.argument;
     const { values, total } = req.params.ref.type === 'ref/resource'
-      ? completeArgument(ctx, arg.name, arg.value, req.params.context?.arguments) : { values: [], total: 0 };
+      ? (await core()).complete(arg.name, arg.value, req.params.context?.arguments) : { values: [], total: 0 };
     return { completion: { values, total, hasMore: total > values.length } };
   });
   return {
     server,
-    watcher,
-    close: async () => { watcher.stop(); await server.close().catch(() => {}); },
+    core,
+    close: async () => { closed = true; loaded?.stop(); await server.close().catch(() => {}); },
   };
 }

@@ -4,11 +4,13 @@
  *
  *   npm run schemas                               regenerate
  *   node dist/scripts/gen-schemas.js --check      exit 1 and name the stale files when schemas/ is out of date
+ *   node dist/scripts/gen-schemas.js --tool-list  write dist/tools-list.json, what tools/list serves (the build does)
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { TOOLS } from '../mcp/server.js';
+import { writeToolList } from '../mcp/tool-list.js';
+import { renderToolList, TOOLS } from '../mcp/tools/all.js';
 import { toJsonSchema } from '../mcp/schemas.js';
 
 export const SCHEMAS_DIR = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..', '..', 'schemas');
@@ -47,6 +49,10 @@ export function staleSchemas(dir = SCHEMAS_DIR): string[] {
 }
 
 function main(argv: string[]): number {
+  if (argv.includes('--tool-list')) {
+    writeToolList(renderToolList());
+    return 0;
+  }
   if (argv.includes('--check')) {
     const stale = staleSchemas();
     if (stale.length) {

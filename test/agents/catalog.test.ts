@@ -3,9 +3,12 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { loadYamlParser } from '../../src/agents/definition.js';
 import { loadCatalog, MAX_AGENT_FILE_BYTES, type Catalog } from '../../src/agents/catalog.js';
 import { loadSettings, type Settings } from '../../src/config.js';
+
+beforeAll(loadYamlParser); // loadCatalog is the sync core; its async callers load the parser first
 
 let tmp: string;
 

@@ -1,6 +1,8 @@
 import { createHash } from 'node:crypto';
-import { describe, expect, it } from 'vitest';
-import { parseAgentFile, splitToolList, untrustedViolation, type AgentFileMeta } from '../../src/agents/definition.js';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { loadYamlParser, parseAgentFile, splitToolList, untrustedViolation, type AgentFileMeta } from '../../src/agents/definition.js';
+
+beforeAll(loadYamlParser); // the parser is loaded on first need (the catalog's entry points await it)
 
 const meta: AgentFileMeta = { path: '/agents/a.md', source: 'operator', trusted: true, maxTimeoutMs: 14_400_000 };
 const untrusted: AgentFileMeta = { ...meta, source: 'project', trusted: false };

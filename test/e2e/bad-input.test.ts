@@ -32,6 +32,7 @@ describe('bad input: a clear coded refusal, nothing created on disk, the server 
     fs.symlinkSync(outside, path.join(t.root, 'escape'));
     fs.symlinkSync(path.join(t.root, 'sub'), path.join(t.root, 'inside-link'));
     s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root });
+    await s.call('status', {}); // the first listing builds the run index: done before any snapshot
   });
   afterAll(async () => {
     await s.close();

@@ -81,7 +81,7 @@ describe.skipIf(process.platform === 'win32')('F6 disk faults', () => {
     writeAgent(agents, 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '30000'] });
     writeAgent(agents, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
     m = {
-      ...(await dist('config.js')), ...(await dist('mcp/serve.js')), ...(await dist('store/state-home.js')),
+      ...(await dist('config.js')), ...(await dist('mcp/core.js')), ...(await dist('store/state-home.js')),
       ...(await dist('store/fs-port.js')), ...(await dist('manager/launch.js')), ...(await dist('manager/append.js')),
       ...(await dist('manager/cancel.js')), ...(await dist('manager/run-status.js')), ...(await dist('manager/sessions.js')),
     };

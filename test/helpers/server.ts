@@ -29,9 +29,10 @@ export async function startServer(env: Record<string, string>, o: { args?: strin
   transport.stderr?.on('data', (c: Buffer) => { err += c.toString(); });
   const client = new Client({ name: o.name ?? 'test-client', version: '1.0.0' }, { capabilities: {} });
   await client.connect(transport);
-  // One round trip after `initialized`: the server has registered its session by the time this answers, so a test's
-  // snapshot of the state home never catches that write half-done (CI once saw its temp file in a "before" tree).
-  await client.ping();
+  // A request served by the server's core (loaded after `initialized`): once it answers, the session is registered
+  // and the core's start-up writes are done, so a test's snapshot of the state home never catches one half-done (CI
+  // once saw the session file's temp file in a "before" tree).
+  await client.listResourceTemplates();
   const call = async (name: string, args: Record<string, unknown> = {}, opts: { onprogress?: (p: unknown) => void; signal?: AbortSignal; timeout?: number } = {}) =>
     (await client.callTool({ name, arguments: args }, undefined, { timeout: opts.timeout ?? 55_000, onprogress: opts.onprogress, signal: opts.signal })) as CallToolResult;
   return {

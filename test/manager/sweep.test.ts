@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { loadSettings } from '../../src/config.js';
-import { buildContext } from '../../src/mcp/serve.js';
+import { buildContext } from '../../src/mcp/core.js';
 import { Sweeper } from '../../src/manager/sweep.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 import { sc, startServer, waitTerminal, type Started } from '../helpers/server.js';

@@ -2,7 +2,11 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { renderToolList, TOOLS } from '../../src/mcp/tools/all.js';
+import { TOOL_NAMES } from '../../src/mcp/tools/lazy.js';
+import { readToolList } from '../../src/mcp/tool-list.js';
 import { renderSchemas, SCHEMAS_DIR, staleSchemas } from '../../src/scripts/gen-schemas.js';
+import { REPO } from '../helpers/paths.js';
 import { FIXTURE_AGENTS } from '../helpers/paths.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 import { sc, startServer, textOf, type Started } from '../helpers/server.js';
@@ -37,6 +41,23 @@ describe('schemas/', () => {
       expect(staleSchemas(copy).sort()).toEqual(['agents.output.schema.json', 'gone.input.schema.json', 'status.input.schema.json']);
     } finally {
       fs.rmSync(copy, { recursive: true, force: true });
+    }
+  });
+});
+
+describe('dist/tools-list.json (what tools/list serves)', () => {
+  it('is what the zod schemas render to, and the built server lists exactly it', async () => {
+    const built = readToolList(path.join(REPO, 'dist', 'tools-list.json'));
+    expect(built).not.toBeNull();
+    expect(built).toEqual(JSON.parse(JSON.stringify(renderToolList())));
+    expect(TOOL_NAMES).toEqual(TOOLS.map((t) => t.name)); // the server's lazy loaders name every tool, in order
+    const t = tempStateHome();
+    const s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root });
+    try {
+      expect((await s.client.listTools()).tools).toEqual(built);
+    } finally {
+      await s.close();
+      t.cleanup();
     }
   });
 });

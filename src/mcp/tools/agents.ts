@@ -16,7 +16,7 @@ export const agentsTool: ToolDefinition = {
   async handler(args, _extra, env) {
     try {
       parseInput(AgentsInput, args);
-      const listing = listAgents(env.ctx);
+      const listing = await listAgents(env.ctx);
       // Version probes run once per process; a slow CLI costs the first call at most this long, never more.
       const backends = await listBackends(env.ctx, { waitMs: BACKEND_WAIT_MS });
       return success({ ...listing, backends });

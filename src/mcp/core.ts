@@ -1,0 +1,87 @@
+import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import type { Settings } from '../config.js';
+import { SubagentError } from '../errors.js';
+import { newSessionId } from '../ids.js';
+import { makeStore, type ManagerContext } from '../manager/context.js';
+import { resolveNesting } from '../manager/nesting.js';
+import { fallbackRoots, realpathOrNull } from '../manager/roots.js';
+import { SessionView } from '../manager/sessions.js';
+import { Sweeper } from '../manager/sweep.js';
+import { selfIdentity } from '../process/identity.js';
+import { completeArgument, listResources, readResource, requireResource, RESOURCE_TEMPLATES } from './resources.js';
+import { refusal } from './results.js';
+import { RunWatcher } from './run-watcher.js';
+import type { ToolEnv, ToolExtra } from './tool.js';
+import { loadTool, TOOL_NAMES } from './tools/lazy.js';
+
+/**
+ * Everything behind the protocol surface: the manager context, the tools' handlers, resources, the run watcher and
+ * the sweeper. server.ts loads this module after the start-up exchange (initialize, tools/list), or at the first
+ * request that needs it, so a cold start pays only for the SDK.
+ */
+
+/** Builds the manager context of one server process. */
+export function buildContext(settings: Settings, env: NodeJS.ProcessEnv, clientRoots: () => string[] | null, log: (line: string) => void = () => {}): { ctx: ManagerContext; sessions: SessionView } {
+  const { layout, store } = makeStore(settings);
+  const sessionId = settings.sessionId ?? newSessionId();
+  const sessions = new SessionView(settings.home, sessionId, layout.runsDir);
+  const nesting = resolveNesting(env, layout);
+  const explicit = settings.explicitRoots?.map(realpathOrNull).filter((r): r is string => r !== null) ?? null;
+  const fallback = fallbackRoots(settings.cwd, env);
+  const ctx: ManagerContext = {
+    settings, layout, store, sessionId, server: selfIdentity(), nesting, env, log,
+    roots: () => explicit ?? clientRoots() ?? fallback,
+    visibleSessions: () => sessions.visible(),
+  };
+  return { ctx, sessions };
+}
+
+export interface CoreOptions {
+  server: Server;
+  /** settings.sessionId is this server's session (serve.ts registered it before connecting). */
+  settings: Settings;
+  env: NodeJS.ProcessEnv;
+  clientRoots: () => string[] | null;
+  shutdown: AbortSignal;
+  log: (line: string) => void;
+}
+
+export interface Core {
+  callTool: (name: string, args: Record<string, unknown>, extra: ToolExtra) => Promise<CallToolResult>;
+  listResources: (cursor: string | undefined) => ReturnType<typeof listResources>;
+  readResource: (uri: string) => ReturnType<typeof readResource>;
+  subscribe: (uri: string) => void;
+  unsubscribe: (uri: string) => void;
+  complete: (name: string, value: string, context: Record<string, string> | undefined) => ReturnType<typeof completeArgument>;
+  resourceTemplates: typeof RESOURCE_TEMPLATES;
+  stop: () => void;
+}
+
+/** Builds the context and starts following runs (watcher) and the state home (sweeper). */
+export function startCore(o: CoreOptions): Core {
+  const { ctx, sessions } = buildContext(o.settings, o.env, o.clientRoots, o.log);
+  const client = o.server.getClientVersion();
+  try { sessions.adoptRecord(client ? { name: client.name.slice(0, 100), version: client.version.slice(0, 50) } : null); } catch { /* best effort */ }
+  const watcher = new RunWatcher(ctx, o.server);
+  const env: ToolEnv = { ctx, shutdown: o.shutdown, sessions: ctx.nesting ? null : sessions, onListChanged: () => watcher.listChanged() };
+  watcher.start();
+  const stopSweeper = new Sweeper(ctx).start();
+  return {
+    callTool: async (name, args, extra) => {
+      const tool = loadTool(name);
+      if (!tool) return refusal(new SubagentError('INVALID_INPUT', `no tool named ${JSON.stringify(name.slice(0, 64))}; the tools are ${TOOL_NAMES.join(', ')}.`), ctx.log);
+      const result = await (await tool).handler(args, extra, env);
+      watcher.poke();
+      return result;
+    },
+    listResources: (cursor) => listResources(ctx, cursor),
+    readResource: (uri) => readResource(ctx, uri),
+    // Subscribing to a run this session cannot see answers the same not-found error as reading it.
+    subscribe: (uri) => { requireResource(ctx, uri); watcher.subscribe(uri); },
+    unsubscribe: (uri) => watcher.unsubscribe(uri),
+    complete: (name, value, context) => completeArgument(ctx, name, value, context),
+    resourceTemplates: RESOURCE_TEMPLATES,
+    stop: () => { watcher.stop(); stopSweeper(); },
+  };
+}
