@@ -91,5 +91,6 @@ function loadSupervisor(): Promise<typeof import('./supervise.js')> {
   if (import.meta.url.endsWith('/dist/runner/main.js') && fs.existsSync(bundled)) {
     return import(bundled.href) as Promise<typeof import('./supervise.js')>;
   }
-  return import('./supervise.js');
+  // A computed specifier: the bundler must leave the supervisor out of this entry (it loads only after ready).
+  return import(new URL('./supervise.js', import.meta.url).href) as Promise<typeof import('./supervise.js')>;
 }
