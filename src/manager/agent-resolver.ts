@@ -58,15 +58,19 @@ export async function loadFullCatalog(ctx: Pick<ManagerContext, 'settings'>): Pr
 }
 
 export function catalogSnapshotFile(ctx: Pick<ManagerContext, 'store'>, rootRunId: string): string {
-  return path.join(ctx.store.paths(rootRunId).dir, 'catalog.json');
+  return path.join(ctx.store.paths(rootRunId).dir, CATALOG_SNAPSHOT_NAME);
 }
 
-export function writeCatalogSnapshot(ctx: ManagerContext, rootRunId: string, agents: Map<string, AgentDefinition>): void {
+/** The catalog snapshot's file name in a root run's directory (written with the run: RunStore.create's `extra`). */
+export const CATALOG_SNAPSHOT_NAME = 'catalog.json';
+
+/** The snapshot a top-level run freezes: nested launches of its tree resolve agents only from it. */
+export function catalogSnapshotJson(ctx: ManagerContext, agents: Map<string, AgentDefinition>): string {
   const snapshot: SnapshotAgent[] = [...agents.values()].map((d) => {
     const { bin } = locateBackend(d, ctx);
     return bin ? { ...d, rootBin: bin } : d;
   });
-  writeFileAtomic(catalogSnapshotFile(ctx, rootRunId), JSON.stringify(snapshot));
+  return JSON.stringify(snapshot);
 }
 
 /** Freezes one agent for a step: the definition as read now, and its resolved executable. */

@@ -10,7 +10,7 @@ import { spawnDetached } from '../process/spawn-detached.js';
 import { readTail } from '../runner/agent-process.js';
 import { newStepStatus } from '../runner/step-status.js';
 import type { AgentTaskSpec, RunMode, RunRecord, RunStatus, StepSpec } from '../store/run-types.js';
-import { catalogFor, freezeAgent, writeCatalogSnapshot } from './agent-resolver.js';
+import { CATALOG_SNAPSHOT_NAME, catalogFor, catalogSnapshotJson, freezeAgent } from './agent-resolver.js';
 import { bindReservation, firstStepWidth, releaseReservation, reserve, type Reservation } from './capacity.js';
 import { RUNNER_MAIN, type ManagerContext } from './context.js';
 import { awaitReady, handshakeError, HandshakeFailure, proceedAndAwaitStart, type HandshakePhase } from './handshake.js';
@@ -144,9 +144,8 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     // Indexed first (listings read the index, not every run directory): the index may name a run that was never
     // created (skipped), never miss one that was.
     indexRun(ctx.layout, [ctx.sessionId, rootRecord?.sessionId], runId);
-    runPaths = ctx.store.create(record, status);
-    if (!nesting) writeCatalogSnapshot(ctx, runId, catalog);
-    else ctx.store.addChild(nesting.parentRunId, runId, nesting.parentStepKey);
+    runPaths = ctx.store.create(record, status, nesting ? {} : { [CATALOG_SNAPSHOT_NAME]: catalogSnapshotJson(ctx, catalog) });
+    if (nesting) ctx.store.addChild(nesting.parentRunId, runId, nesting.parentStepKey);
   } catch (e) {
     await releaseReservation(ctx, runId, rootRunId, paths.length).catch(() => {});
     removeQuietly(ctx.store.layout.runDir(runId));

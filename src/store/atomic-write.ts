@@ -9,6 +9,11 @@ const { O_CREAT, O_EXCL, O_WRONLY, O_NOFOLLOW, O_RDONLY, O_DIRECTORY } = fs.cons
 export interface AtomicWriteOptions {
   /** fsync file and directory: for acknowledgements, terminal transitions and shared ledgers (SPEC §8.1). */
   durable?: boolean;
+  /**
+   * With `durable`: also fsync the directory (default). A caller that builds a directory not yet visible and fsyncs
+   * it once before publishing it passes false: one directory fsync instead of one per file.
+   */
+  syncDir?: boolean;
 }
 
 /**
@@ -35,7 +40,7 @@ export function writeFileAtomic(file: string, data: string | Uint8Array, options
     try { fs.unlinkSync(tmp); } catch { /* never created */ }
     throw writeFailure(file, e);
   }
-  if (durable) fsyncDir(dir);
+  if (durable && options.syncDir !== false) fsyncDir(dir);
 }
 
 /** What a disk refuses with: full, quota, permissions, read-only, I/O error, too many files. */

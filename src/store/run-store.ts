@@ -25,7 +25,11 @@ export class RunStore {
   }
 
   /** Writes the launch record and the first status, durably, before any process is started. */
-  create(record: RunRecord, status: RunStatus): RunPaths {
+  /**
+   * Creates the run's directory with its record, status and `extra` files (name → content, e.g. the catalog
+   * snapshot), all durable before the directory appears under `runs/`.
+   */
+  create(record: RunRecord, status: RunStatus, extra: Record<string, string> = {}): RunPaths {
     const p = this.paths(record.runId);
     // Built under a hidden temp name and renamed into place: a server killed mid-create leaves no half-record (a run
     // directory without its status), only a temp directory that listings never see and the next server start removes.
@@ -33,9 +37,13 @@ export class RunStore {
     try {
       fs.mkdirSync(tmp.dir, { mode: 0o700 });
       for (const d of [tmp.outDir, tmp.appendsDir, tmp.promptsDir, tmp.childrenDir, tmp.budgetDir]) ensurePrivateDir(d);
-      writeFileAtomic(tmp.record, JSON.stringify(record));
-      writeFileAtomic(tmp.status, JSON.stringify(status));
+      // Each file fsynced; the directory once, before the rename publishes it (fsyncs are most of a launch's I/O).
+      const inTmp = { durable: true, syncDir: false };
+      writeFileAtomic(tmp.record, JSON.stringify(record), inTmp);
+      writeFileAtomic(tmp.status, JSON.stringify(status), inTmp);
+      for (const [name, text] of Object.entries(extra)) writeFileAtomic(path.join(tmp.dir, name), text, inTmp);
       appendEvent(tmp.events, { type: 'created', mode: record.mode, steps: record.steps.length });
+      fsyncDir(tmp.dir);
       fs.renameSync(tmp.dir, p.dir);
     } catch (e) {
       try { fs.rmSync(tmp.dir, { recursive: true, force: true }); } catch { /* best effort */ }
