@@ -74,7 +74,7 @@ export function parseAgentFile(text: string | Uint8Array, meta: AgentFileMeta): 
   const name = typeof fields.name === 'string' && AGENT_NAME_RE.test(fields.name) ? fields.name : undefined;
   const refuse = (reason: string): ParseResult => (name !== undefined ? { ok: false, reason, name } : { ok: false, reason });
 
-  const result = frontMatterSchema(meta.maxTimeoutMs).safeParse(fields);
+  const result = schemaFor(meta.maxTimeoutMs).safeParse(fields);
   if (!result.success) return refuse(describeIssues(result.error.issues));
   const fm = result.data;
 
@@ -205,6 +205,18 @@ const envNameSchema = z.string({ error: 'each entry must be a variable name' })
     // The runner alone sets the nesting variables; a file naming them could forge a budget or escape the tree.
     else if (isNestingName(name)) ctx.addIssue({ code: 'custom', message: `${name} is reserved: SUBAGENTS_* variables are set by the runner itself` });
   });
+
+const schemas = new Map<number, ReturnType<typeof frontMatterSchema>>();
+
+/** Built once per limit: building a zod object costs more than parsing a file with it (every launch reads the catalog). */
+function schemaFor(maxTimeoutMs: number): ReturnType<typeof frontMatterSchema> {
+  let s = schemas.get(maxTimeoutMs);
+  if (!s) {
+    s = frontMatterSchema(maxTimeoutMs);
+    schemas.set(maxTimeoutMs, s);
+  }
+  return s;
+}
 
 function frontMatterSchema(maxTimeoutMs: number) {
   return z.object({
