@@ -9,6 +9,7 @@ import { writeFileAtomic, ensurePrivateDir } from '../store/atomic-write.js';
 import type { RunPaths } from '../store/layout.js';
 import type { AgentTaskSpec, RunRecord } from '../store/run-types.js';
 import { LineSplitter, OutputCapture } from './output-capture.js';
+import { openOutputChannel } from './output-channel.js';
 
 export interface AgentRunInput {
   record: RunRecord;
@@ -79,6 +80,11 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
   const out = new OutputCapture(outFile, record.maxOutputBytes);
   const err = new OutputCapture(paths.stderr(stepKey), STDERR_CAP_BYTES);
   const lines = parser ? new LineSplitter((l) => parser.onLine(l)) : null;
+  const onStdout = (c: Buffer) => { out.write(c); lines?.write(c); };
+  // Our own socket pair for stdout when it can be made (a faster copy, flat memory); else spawn's pipe.
+  const channel = await openOutputChannel(path.join(scratchDir, 'stdout.sock'), onStdout);
+  channel?.reader.on('error', () => {});
+  channel?.agentEnd.on('error', () => {});
 
   // The agent gets the user's own umask: files it creates in the project must look like the user's, not 0600.
   const previousUmask = process.umask(record.umask);
@@ -87,13 +93,15 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
     child = spawn(inv.argv[0]!, inv.argv.slice(1), {
       cwd: record.cwd,
       env,
-      stdio: [inv.taskVia === 'stdin' ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+      stdio: [inv.taskVia === 'stdin' ? 'pipe' : 'ignore', channel?.agentEnd ?? 'pipe', 'pipe'],
       // Same process group as the runner (not detached): cancelling the run's group reaches every agent.
       detached: false,
       windowsHide: true,
     });
   } finally {
     process.umask(previousUmask);
+    // The agent has its own copy now (or none, if the spawn failed); ours would keep the reader from ever ending.
+    channel?.agentEnd.destroy();
   }
 
   const spawned = await new Promise<string | null>((resolve) => {
@@ -101,6 +109,7 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
     child.once('error', (e) => resolve((e as NodeJS.ErrnoException).code ?? 'spawn failed'));
   });
   if (spawned !== null) {
+    channel?.reader.destroy();
     out.close();
     err.close();
     return { exitCode: null, signal: null, outputBytes: 0, outputTruncated: false, parsed: null, stoppedFor: null, spawnError: spawned, process: null };
@@ -112,7 +121,7 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
     child.stdin.on('error', () => {}); // an agent that exits without reading its task closes the pipe: EPIPE is not our failure
     child.stdin.end(input.task);
   }
-  child.stdout!.on('data', (c: Buffer) => { out.write(c); lines?.write(c); });
+  child.stdout?.on('data', onStdout);
   child.stderr!.on('data', (c: Buffer) => err.write(c));
 
   // Every process the agent started, remembered by identity: a grandchild re-parented to init is still ours to stop.
@@ -135,7 +144,7 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
 
   // Listen for 'close' now: when the pipes are already shut, Node emits it in the same tick as 'exit', before any
   // continuation of an `await` on 'exit' could attach a listener (which then waited out the whole drain bound).
-  const closed = new Promise((r) => child.once('close', r));
+  const closed = Promise.all([new Promise((r) => child.once('close', r)), channel?.closed]);
   const exit = await new Promise<{ code: number | null; signal: string | null }>((resolve) => {
     child.once('exit', (code, signal) => resolve({ code, signal }));
   });
@@ -145,7 +154,8 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
   let drainTimer: NodeJS.Timeout | undefined;
   await Promise.race([closed, new Promise((r) => { drainTimer = setTimeout(r, 500); })]);
   clearTimeout(drainTimer);
-  child.stdout!.destroy();
+  child.stdout?.destroy();
+  channel?.reader.destroy();
   child.stderr!.destroy();
   if (stopping) await stopping;
   lines?.end();
