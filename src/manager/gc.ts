@@ -26,16 +26,23 @@ export interface GcReport {
   dryRun: boolean;
 }
 
-/** Bytes of every regular file under `p`, never following a symlink. */
-export function diskBytes(p: string): number {
+/** Bytes of every regular file under `p`, never following a symlink; a file linked twice (a run's output) counts once. */
+export function diskBytes(p: string, seen = new Set<string>()): number {
   let st: fs.Stats;
   try { st = fs.lstatSync(p); } catch { return 0; }
-  if (st.isFile()) return st.size;
+  if (st.isFile()) {
+    if (st.nlink > 1) {
+      const id = `${st.dev}:${st.ino}`;
+      if (seen.has(id)) return 0;
+      seen.add(id);
+    }
+    return st.size;
+  }
   if (!st.isDirectory()) return 0;
   let total = 0;
   let names: string[] = [];
   try { names = fs.readdirSync(p); } catch { return 0; }
-  for (const n of names) total += diskBytes(path.join(p, n));
+  for (const n of names) total += diskBytes(path.join(p, n), seen);
   return total;
 }
 

@@ -43,9 +43,21 @@ interface StepOutcome {
   ok: boolean;
   /** Whether any agent of the step started (a step that never started leaves the run's output as it was). */
   ran: boolean;
-  text: string;
+  text: StepText;
   error: StepError | null;
 }
+
+/**
+ * A step's final text, left in the file that holds it: a large output is read into memory only when a later task
+ * asks for `{previous}`, and becomes the run's output without being written a second time. A text over `cap` bytes
+ * stands for its last `cap` bytes.
+ */
+interface StepText {
+  file: string | null;
+  cap: number;
+}
+
+const NO_TEXT: StepText = { file: null, cap: 0 };
 
 /** Claims the start (the server may have given up meanwhile), then executes the run to its terminal state. */
 export async function supervise(record: RunRecord, paths: RunPaths, me: ProcessIdentity): Promise<number> {
@@ -84,8 +96,8 @@ class Executor {
     const stopWatching = this.watchForCancel();
     const runTimer = this.record.timeoutMs !== null ? setTimeout(() => this.stop('TIMEOUT'), this.record.timeoutMs) : null;
     let failure: StepError | null = null;
-    let previous = '';
-    let lastText = '';
+    let previous = NO_TEXT;
+    let lastText = NO_TEXT;
     try {
       for (let i = 0; ; ) {
         if (this.stopReason) break;
@@ -148,16 +160,16 @@ class Executor {
   }
 
   /** Run a step: one agent, or a parallel group. */
-  private async runStep(i: number, previous: string): Promise<StepOutcome> {
+  private async runStep(i: number, previous: StepText): Promise<StepOutcome> {
     const spec = this.specs[i]!;
     const st = this.status.steps[i]!;
     // Only a chain step after the first has a previous step; elsewhere `{previous}` is left as the caller wrote it.
-    const prev = this.record.mode === 'chain' && i > 0 ? previous : null;
+    const prev = this.record.mode === 'chain' && i > 0 ? once(() => readStepText(previous)) : null;
     if (spec.kind === 'agent') return this.runAgent(st, spec, substitute(spec.task, prev), this.abort.signal);
     return this.runGroup(st, spec, prev);
   }
 
-  private async runGroup(st: StepStatus, spec: Extract<StepSpec, { kind: 'group' }>, previous: string | null): Promise<StepOutcome> {
+  private async runGroup(st: StepStatus, spec: Extract<StepSpec, { kind: 'group' }>, previous: (() => string) | null): Promise<StepOutcome> {
     const members = st.members!;
     st.state = 'running';
     st.startedAt = new Date().toISOString();
@@ -190,7 +202,7 @@ class Executor {
     st.state = allDone ? 'completed' : failed.length > 0 || !this.stopReason ? 'failed' : 'cancelled';
     st.endedAt = new Date().toISOString();
     st.outputBytes = members.reduce((n, m) => n + m.outputBytes, 0);
-    const text = spec.members.map((m, j) => `### ${m.agent.name} #${j}\n\n${outcomes[j]?.text ?? ''}`.trimEnd()).join('\n\n');
+    const text = spec.members.map((m, j) => `### ${m.agent.name} #${j}\n\n${readStepText(outcomes[j]?.text ?? NO_TEXT)}`.trimEnd()).join('\n\n');
     writeFileAtomic(this.paths.output(st.key), text, { durable: false });
     let error: StepError | null = null;
     if (!allDone) {
@@ -203,7 +215,7 @@ class Executor {
     }
     await this.write();
     const ran = members.some((m) => m.startedAt !== null);
-    return { ok: allDone, ran, text, error };
+    return { ok: allDone, ran, text: { file: this.paths.output(st.key), cap: Infinity }, error };
   }
 
   private async runAgent(st: StepStatus, spec: AgentTaskSpec, task: string, signal: AbortSignal): Promise<StepOutcome> {
@@ -214,7 +226,7 @@ class Executor {
       if (got) await releaseAgentSlot(this.layout, slotKey).catch(() => {});
       st.state = 'skipped';
       await this.write();
-      return { ok: false, ran: false, text: '', error: { code: this.stopReason ?? 'CANCELLED', message: `step ${st.key} did not start` } };
+      return { ok: false, ran: false, text: NO_TEXT, error: { code: this.stopReason ?? 'CANCELLED', message: `step ${st.key} did not start` } };
     }
     st.state = 'running';
     st.startedAt = new Date().toISOString();
@@ -288,8 +300,7 @@ class Executor {
     }
     await this.write();
     this.store.event(this.runId, { type: 'step-ended', step: st.key, state: st.state, exitCode: st.exitCode, signal: st.signal });
-    const text = readOutputText(this.paths.output(st.key), this.record.maxOutputBytes);
-    return { ok, ran: true, text, error: st.error };
+    return { ok, ran: true, text: { file: this.paths.output(st.key), cap: this.record.maxOutputBytes }, error: st.error };
   }
 
   /** A fresh secret for the running step; only its hash is stored, and it is deleted when the step ends. */
@@ -383,14 +394,14 @@ class Executor {
   }
 
   /** Writes the terminal status (compare-and-set: a terminal state already stored wins) and the run's output. */
-  private commitLocked(state: RunState, error: StepError | null, lastText: string): void {
+  private commitLocked(state: RunState, error: StepError | null, lastText: StepText): void {
     const now = new Date().toISOString();
     for (const st of this.status.steps) {
       for (const m of st.members ?? []) if (!isTerminalStep(m.state)) m.state = m.state === 'running' ? 'cancelled' : 'skipped';
       if (!isTerminalStep(st.state)) st.state = st.state === 'running' ? 'cancelled' : 'skipped';
     }
     // The last step that ran: for a parallel run its one group, all members joined.
-    writeFileAtomic(this.paths.runOutput, lastText, { durable: false });
+    publishRunOutput(lastText, this.paths.runOutput);
     this.status = this.store.updateLocked(this.runId, () => ({ ...this.status, state, error, endedAt: now }), { durable: true, repairFrom: this.status });
   }
 
@@ -427,18 +438,50 @@ class Executor {
   }
 }
 
-function substitute(task: string, previous: string | null): string {
-  if (previous === null) return task;
+function substitute(task: string, previous: (() => string) | null): string {
+  if (previous === null || !task.includes('{previous}')) return task;
   // One pass: text coming from the previous step is never scanned for `{previous}` again.
-  return task.split('{previous}').join(previous);
+  return task.split('{previous}').join(previous());
 }
 
-function readOutputText(file: string, cap: number): string {
+function once(f: () => string): () => string {
+  let v: string | undefined;
+  return () => (v ??= f());
+}
+
+function readStepText(t: StepText): string {
+  if (t.file === null) return '';
   try {
-    const st = fs.statSync(file);
-    return st.size <= cap ? fs.readFileSync(file, 'utf8') : readTail(file, cap);
+    const st = fs.statSync(t.file);
+    return st.size <= t.cap ? fs.readFileSync(t.file, 'utf8') : readTail(t.file, t.cap);
   } catch {
     return '';
+  }
+}
+
+/**
+ * The run's output is the last step's text. Its file is linked in (a copy where links are refused): a 32 MiB output
+ * was read into memory and written again, and the terminal status's fsync then flushed that second copy too.
+ */
+function publishRunOutput(t: StepText, target: string): void {
+  let size = -1;
+  try { size = t.file === null ? -1 : fs.statSync(t.file).size; } catch { /* gone: an empty output */ }
+  if (size < 0 || size > t.cap) {
+    writeFileAtomic(target, readStepText(t), { durable: false });
+    return;
+  }
+  // Under a fresh name, then renamed over the target: a reader sees the old output or the new one, never a part.
+  const tmp = path.join(path.dirname(target), `.${path.basename(target)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
+  try {
+    try {
+      fs.linkSync(t.file!, tmp);
+    } catch {
+      fs.copyFileSync(t.file!, tmp, fs.constants.COPYFILE_EXCL);
+    }
+    fs.renameSync(tmp, target);
+  } catch (e) {
+    try { fs.unlinkSync(tmp); } catch { /* not made */ }
+    throw e;
   }
 }
 
