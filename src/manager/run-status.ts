@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import { SubagentError } from '../errors.js';
+import { isRunDirNoise } from '../store/layout.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { capacitySnapshot } from './capacity.js';
 import type { ManagerContext } from './context.js';
@@ -52,18 +53,21 @@ function listFingerprint(ctx: ManagerContext, metas: RunMeta[]): string {
   return metas.map((m) => `${m.runId}=${fingerprint(ctx, m.runId)}`).join(';');
 }
 
+/** Why a waiter checks: its first look, a file event, or the 1 s poll (the only one that reconciles). */
+type CheckCause = 'first' | 'event' | 'poll';
+
 /**
- * Blocks until `probe()` differs from `initial`, `done()` holds, time is up or the client cancels. Event-driven: a
- * watch on each directory that matters, with a 1 s poll behind it that also reconciles (a dead runner writes nothing).
+ * Blocks until `check()` holds, time is up or the client cancels. Event-driven: a watch on each directory that
+ * matters (set up before the first check, so a change between the check and the watch is not left to the poll),
+ * with a 1 s poll behind it that also reconciles (a dead runner writes nothing).
  */
-async function waitUntil(dirs: string[], waitMs: number, signal: AbortSignal, check: () => Promise<boolean>, onTick?: (elapsedMs: number) => void): Promise<WaitInfo> {
+async function waitUntil(dirs: string[], waitMs: number, signal: AbortSignal, check: (cause: CheckCause) => Promise<boolean>, onTick?: (elapsedMs: number) => void): Promise<WaitInfo> {
   const start = performance.now();
-  if (await check()) return { waitedMs: 0, changed: true };
   return new Promise<WaitInfo>((resolve) => {
     let done = false;
     const watchers: fs.FSWatcher[] = [];
     let checking = false;
-    let again = false;
+    let again: CheckCause | null = null;
     const finish = (changed: boolean) => {
       if (done) return;
       done = true;
@@ -74,29 +78,34 @@ async function waitUntil(dirs: string[], waitMs: number, signal: AbortSignal, ch
       signal.removeEventListener('abort', onAbort);
       resolve({ waitedMs: Math.round(performance.now() - start), changed });
     };
-    const run = async () => {
+    const run = async (cause: CheckCause) => {
       if (done) return;
-      if (checking) { again = true; return; }
+      // One check at a time; what arrives meanwhile is one more check after it (a poll's reconciliation wins).
+      if (checking) { if (again !== 'poll') again = cause; return; }
       checking = true;
       try {
-        if (await check()) finish(true);
+        if (await check(cause)) finish(true);
+      } catch {
+        // The caller's own read after the wait reports what is wrong (e.g. a damaged status) as its answer.
+        finish(true);
       } finally {
         checking = false;
-        if (again && !done) { again = false; void run(); }
+        if (again && !done) { const next = again; again = null; void run(next); }
       }
     };
     const onAbort = () => finish(false);
     const timer = setTimeout(() => finish(false), waitMs);
-    const poll = setInterval(() => void run(), 1000);
+    const poll = setInterval(() => void run('poll'), 1000);
     const progress = setInterval(() => onTick?.(performance.now() - start), 5000);
     signal.addEventListener('abort', onAbort, { once: true });
     for (const d of dirs) {
       try {
-        const w = fs.watch(d, () => void run());
+        const w = fs.watch(d, (_event, name) => { if (!isRunDirNoise(name)) void run('event'); });
         w.on('error', () => {});
         watchers.push(w);
       } catch { /* poll covers it */ }
     }
+    void run('first');
   });
 }
 
@@ -106,19 +115,22 @@ export async function getStatus(ctx: ManagerContext, q: StatusQuery, o: { signal
     const runId = q.runId;
     requireVisible(ctx, runId);
     let info: WaitInfo | undefined;
-    const initial = await freshStatus(ctx, runId);
+    let status = await freshStatus(ctx, runId);
     if (waitMs > 0) {
-      const before = fingerprint(ctx, runId);
-      info = isTerminalRun(initial.state)
+      const before = q.until === 'terminal' ? '' : fingerprint(ctx, runId);
+      info = isTerminalRun(status.state)
         ? { waitedMs: 0, changed: false }
-        : await waitUntil([ctx.store.paths(runId).dir], waitMs, o.signal, async () => {
-          const s = await freshStatus(ctx, runId);
-          if (q.until === 'terminal') return isTerminalRun(s.state);
-          return isTerminalRun(s.state) || fingerprint(ctx, runId) !== before;
+        : await waitUntil([ctx.store.paths(runId).dir], waitMs, o.signal, async (cause) => {
+          // A file event means a live writer: reconciling (a /proc look at the runner) is the poll's job.
+          const s = cause === 'poll' ? await freshStatus(ctx, runId) : ctx.store.readStatus(runId);
+          if (!s) return true; // gone: the read below says so
+          // A terminal status is final (the first terminal state wins), so the answer renders the one seen here.
+          if (isTerminalRun(s.state)) { status = s; return true; }
+          return q.until !== 'terminal' && fingerprint(ctx, runId) !== before;
         }, (ms) => o.onProgress?.(ms, `waiting on ${runId}`));
+      if (!isTerminalRun(status.state)) status = await freshStatus(ctx, runId);
     }
     const record = ctx.store.readRecord(runId)!;
-    const status = await freshStatus(ctx, runId);
     return { kind: 'run', ...renderRun(ctx, record, status, q.outputBytes), ...(info ?? {}) };
   }
   const list = async (): Promise<RunMeta[]> => {
@@ -140,9 +152,9 @@ export async function getStatus(ctx: ManagerContext, q: StatusQuery, o: { signal
     } else {
       const before = listFingerprint(ctx, metas);
       const dirs = [ctx.layout.runsDir, ...metas.map((m) => ctx.store.paths(m.runId).dir)];
-      info = await waitUntil(dirs, waitMs, o.signal, async () => {
+      info = await waitUntil(dirs, waitMs, o.signal, async (cause) => {
         const now = await list();
-        for (const m of now) await freshStatus(ctx, m.runId).catch(() => null);
+        if (cause === 'poll') for (const m of now) await freshStatus(ctx, m.runId).catch(() => null);
         return listFingerprint(ctx, now) !== before;
       }, (ms) => o.onProgress?.(ms, 'waiting on the session\'s runs'));
       metas = await list();

@@ -4,6 +4,7 @@ import type { ManagerContext } from '../manager/context.js';
 import { listVisible, type RunMeta } from '../manager/listing.js';
 import { reconcileRun } from '../manager/reconcile.js';
 import { markAdoptedRuns } from '../manager/sessions.js';
+import { isRunDirNoise } from '../store/layout.js';
 import { isTerminalRun, type RunState } from '../store/run-types.js';
 import { runUri } from './resources.js';
 
@@ -137,7 +138,7 @@ export class RunWatcher {
     const w = this.watchers.get(runId);
     if (!isTerminalRun(state) && !w) {
       try {
-        const nw = fs.watch(this.ctx.store.paths(runId).dir, () => this.poke());
+        const nw = fs.watch(this.ctx.store.paths(runId).dir, (_e, name) => { if (!isRunDirNoise(name)) this.poke(); });
         nw.on('error', () => {});
         this.watchers.set(runId, nw);
       } catch { /* poll */ }

@@ -19,6 +19,17 @@ export class Layout {
   run(runId: string): RunPaths { return new RunPaths(this.runDir(runId)); }
 }
 
+/**
+ * Names in a run directory whose changes say nothing about the run's state: writers' temp files (a status write
+ * shows up as its temp's creation and writes before the rename that publishes it), the run lock, the event log and
+ * the runner's log. Watchers skip them: waking on them only re-reads an unchanged status, on the CPU the writer
+ * needs to finish its write. A name the event does not carry (null) is never noise.
+ */
+export function isRunDirNoise(name: string | null): boolean {
+  if (name === null) return false;
+  return name === 'run.lock' || name === 'events.jsonl' || name === 'runner.log' || (name.startsWith('.') && name.endsWith('.tmp'));
+}
+
 /** The files of one run. */
 export class RunPaths {
   constructor(readonly dir: string) {}

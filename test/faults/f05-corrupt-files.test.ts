@@ -12,7 +12,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
-import { FAKE } from './fault-helpers.js';
+import { FAKE, sleep } from './fault-helpers.js';
 
 describe('F5 torn and corrupt state files', () => {
   let t: ReturnType<typeof tempStateHome>;
@@ -117,6 +117,32 @@ describe('F5 torn and corrupt state files', () => {
     expect(fin.output.text).toContain('slept');
     expect(() => JSON.parse(fs.readFileSync(file, 'utf8'))).not.toThrow();
     expect(fs.readFileSync(runFile(id, 'events.jsonl'), 'utf8')).toContain('"status-repaired"');
+  });
+
+  it('a status damaged while a client long-polls it answers STATE_CORRUPT to that client, and the server keeps serving', async () => {
+    writeAgent(path.join(t.home, 'agents'), 'pause', { backend: 'command', command: ['node', FAKE, 'sleep', '8000'] });
+    const id = sc(await s.call('launch', { agent: 'pause', task: 'x' })).runId as string;
+    const file = runFile(id, 'status.json');
+    const text = fs.readFileSync(file, 'utf8');
+    let settled = false;
+    const waiting = s.call('status', { runId: id, waitMs: 20_000, until: 'terminal' })
+      .then((r) => ({ r, lost: null }), (e: Error) => ({ r: null, lost: e.message })) // a crashed server closes the connection
+      .finally(() => { settled = true; });
+    // Damaged again and again (the agent sleeps, so its runner writes nothing meanwhile) until the waiter answers:
+    // the damage lands while it waits, not only before it looked.
+    await sleep(300);
+    for (let i = 0; i < 100 && !settled; i++) {
+      fs.writeFileSync(file, text.slice(0, 40));
+      await sleep(100);
+    }
+    const { r, lost } = await waiting;
+    expect(lost).toBeNull();
+    expect(r!.isError, textOf(r!)).toBe(true);
+    expect(textOf(r!)).toMatch(/^STATE_CORRUPT: .*status\.json of /);
+    const list = await s.call('status', {});
+    expect(list.isError, textOf(list)).toBeFalsy();
+    expect(s.stderr()).not.toMatch(/internal error|Unhandled|Error:/);
+    await s.call('cancel', { runId: id });
   });
 
   it('an unparseable session registry file does not hide runs: restore adopts them and listings work', async () => {
