@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { createHash, randomBytes } from 'node:crypto';
 import { adapterFor } from '../agents/adapters/index.js';
@@ -403,6 +404,10 @@ class Executor {
     // The last step that ran: for a parallel run its one group, all members joined.
     publishRunOutput(lastText, this.paths.runOutput);
     this.status = this.store.updateLocked(this.runId, () => ({ ...this.status, state, error, endedAt: now }), { durable: true, repairFrom: this.status });
+    // The end is published (fsynced) and the ledger returned: what is left (returning the run lock, the last event,
+    // exiting) is bookkeeping, while the processes this write wakes (a long-poll's server and its client) answer on
+    // the same cores. A runner whose ledger release failed keeps its priority: it retries that, and launches wait on it.
+    if (this.ledgerReleased) try { os.setPriority(19); } catch { /* not permitted: no matter */ }
   }
 
   private async write(): Promise<void> {
