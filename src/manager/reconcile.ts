@@ -22,6 +22,14 @@ export function reconcileRun(ctx: ManagerContext, runId: string): Promise<void> 
   return p;
 }
 
+/**
+ * This process's reconciliation of the run, if one is under way. A status answer that reports the end it recorded
+ * waits for it, so that "failed/RUNNER_LOST" also means its slot is back (the status is written before the ledger).
+ */
+export function reconcileSettled(runId: string): Promise<void> {
+  return inflight.get(runId) ?? Promise.resolve();
+}
+
 async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> {
   const status = ctx.store.readStatus(runId);
   if (!status || isTerminalRun(status.state)) return;
@@ -35,16 +43,21 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
       // It may be just claiming the start; if it wins the lock, the run is live and the CAS below does nothing.
       await new Promise((r) => setTimeout(r, 50));
     }
-    const after = await ctx.store.update(runId, (cur) => (cur.state === 'starting'
-      ? ended(cur, 'failed', { code: 'HANDSHAKE_FAILED', message: 'the launching server ended before the run started; no agent was started' })
-      : null), { durable: true });
+    // Only the process that records the end returns the ledger (two servers reconciling at once must not refund a
+    // tree's unstarted claims twice); a release lost to a crash is reclaimed by capacity pruning.
+    let ours = false;
+    const after = await ctx.store.update(runId, (cur) => {
+      if (cur.state !== 'starting') return null;
+      ours = true;
+      return ended(cur, 'failed', { code: 'HANDSHAKE_FAILED', message: 'the launching server ended before the run started; no agent was started' });
+    }, { durable: true });
     // Re-read: a runner that reported ready after our first look checks status only after writing ready.json, so
     // either it sees the run ended and exits, or we see its report here and stop it.
     const readyNow = ready ?? readJsonFile<ProcessIdentity>(paths.ready);
     if (after.state === 'failed' && readyNow && isAlive(readyNow)) {
       await terminateProcesses(() => findRunProcesses({ pgids: runnerGroups(readyNow) }), 0);
     }
-    if (after.state === 'failed') await releaseLedger(ctx, runId, record.depth === 0, record.rootRunId, status);
+    if (after.state === 'failed' && ours) await releaseLedger(ctx, runId, record.depth === 0, record.rootRunId, status);
     // Its launching server is dead: temps it left mid-write (e.g. the catalog snapshot) go too.
     if (after.state === 'failed') removeStaleTemps(paths.dir, record.server.pid);
     return;
@@ -58,7 +71,9 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
   // A run someone asked to stop, whose runner is gone (it may have been stopped by the canceller itself, racing with
   // us from another server), ends the way it was asked to: cancelled, not lost.
   const asked = (() => { try { return readJsonFile<{ reason?: string }>(paths.cancelRequest); } catch { return { reason: 'CANCELLED' }; } })();
+  let ours = false;
   const after = await ctx.store.update(runId, (cur) => {
+    ours = true;
     const next = asked
       ? ended(cur, 'cancelled', asked.reason === 'PARENT_ENDED'
         ? { code: 'PARENT_ENDED', message: 'the agent that launched this run ended; its runner was gone, so its processes were stopped by reconciliation' }
@@ -75,7 +90,7 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
   for (const c of ctx.store.children(runId)) {
     try { writeFileAtomic(ctx.store.paths(c.runId).cancelRequest, JSON.stringify({ at: new Date().toISOString(), reason: 'PARENT_ENDED' })); } catch { /* gone */ }
   }
-  if (term.survivors.length === 0) await releaseLedger(ctx, runId, record.depth === 0, record.rootRunId, after);
+  if (term.survivors.length === 0 && ours) await releaseLedger(ctx, runId, record.depth === 0, record.rootRunId, after);
 }
 
 function ended(cur: RunStatus, state: 'failed' | 'cancelled', error: StepError): RunStatus {

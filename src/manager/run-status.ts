@@ -5,7 +5,7 @@ import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { capacitySnapshot } from './capacity.js';
 import type { ManagerContext } from './context.js';
 import { listVisible, requireVisible, type RunMeta } from './listing.js';
-import { reconcileRun } from './reconcile.js';
+import { reconcileRun, reconcileSettled } from './reconcile.js';
 import { countPendingAppends, renderRun, summarize, type RunSummary, type RunView } from './status-view.js';
 
 export interface StatusQuery {
@@ -130,6 +130,7 @@ export async function getStatus(ctx: ManagerContext, q: StatusQuery, o: { signal
         }, (ms) => o.onProgress?.(ms, `waiting on ${runId}`));
       if (!isTerminalRun(status.state)) status = await freshStatus(ctx, runId);
     }
+    if (isTerminalRun(status.state)) await reconcileSettled(runId);
     const record = ctx.store.readRecord(runId)!;
     return { kind: 'run', ...renderRun(ctx, record, status, q.outputBytes), ...(info ?? {}) };
   }

@@ -37,8 +37,10 @@ describe('the runner dies or hangs during the ready/proceed handshake', () => {
       // Generous for the dying runners (a loaded machine must not turn them into timeouts), short for the hanging one.
       SUBAGENTS_HANDSHAKE_TIMEOUT_MS: fault === 'hang-before-ready' ? '1500' : '20000',
     });
-    const progress: string[] = [];
-    const r = await s.call('launch', { agent: 'marker', task: 'must never run' }, { onprogress: (p) => progress.push((p as { message?: string }).message ?? '') });
+    const mark = s.received().length;
+    const r = await s.call('launch', { agent: 'marker', task: 'must never run' }, { onprogress: () => {} });
+    // Off the wire, not via onprogress (see Started.received).
+    const progress = s.received().slice(mark).flatMap((m) => ('method' in m && m.method === 'notifications/progress' ? [(m.params as { message?: string }).message] : []));
     expect(r.isError, textOf(r)).toBe(true);
     expect(r.structuredContent).toBeUndefined();
     expect(textOf(r)).toMatch(/^HANDSHAKE_FAILED: /);

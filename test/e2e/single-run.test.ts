@@ -36,16 +36,26 @@ describe('a single run end to end', () => {
 
   it('sends progress notifications during launch (the handshake) and during a status long-poll when given a progress token', async () => {
     writeAgent(path.join(t.home, 'agents'), 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '1500'] });
-    const launchProgress: Array<{ progress: number; total?: number; message?: string }> = [];
-    const r = await s.call('launch', { agent: 'sleeper', task: 'take a moment' }, { onprogress: (p) => launchProgress.push(p as never) });
+    // Read off the wire (see Started.received): what the server sent before each answer, in order.
+    const progressBefore = (from: number) => {
+      const msgs = s.received().slice(from);
+      const answer = msgs.findIndex((m) => 'result' in m);
+      expect(answer).toBeGreaterThanOrEqual(0);
+      return msgs.slice(0, answer).flatMap((m) => ('method' in m && m.method === 'notifications/progress'
+        ? [m.params as { progress: number; total?: number; message?: string }] : []));
+    };
+    const mark = s.received().length;
+    const r = await s.call('launch', { agent: 'sleeper', task: 'take a moment' }, { onprogress: () => {} });
     expect(r.isError, textOf(r)).toBeFalsy();
+    const launchProgress = progressBefore(mark);
     expect(launchProgress.map((p) => p.message)).toEqual(['launch: spawn', 'launch: ready', 'launch: started']);
     expect(launchProgress.map((p) => p.progress)).toEqual([1, 2, 3]);
     expect(launchProgress.every((p) => p.total === 3)).toBe(true);
 
     const runId = sc(r).runId as string;
-    const waitProgress: Array<{ progress: number; message?: string }> = [];
-    const w = await s.call('status', { runId, waitMs: 30_000, until: 'terminal' }, { onprogress: (p) => waitProgress.push(p as never) });
+    const waitMark = s.received().length;
+    const w = await s.call('status', { runId, waitMs: 30_000, until: 'terminal' }, { onprogress: () => {} });
+    const waitProgress = progressBefore(waitMark);
     const v = sc(w);
     expect(v.state).toBe('completed');
     expect(v.changed).toBe(true);

@@ -1,6 +1,6 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport, getDefaultEnvironment } from '@modelcontextprotocol/sdk/client/stdio.js';
-import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import type { CallToolResult, JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
 import { MAIN_JS } from './paths.js';
 
 export interface Started {
@@ -11,6 +11,12 @@ export interface Started {
   pid: number;
   close: () => Promise<void>;
   call: (name: string, args?: Record<string, unknown>, opts?: { onprogress?: (p: unknown) => void; signal?: AbortSignal; timeout?: number }) => Promise<CallToolResult>;
+  /**
+   * Every message the client received, in wire order. Assert what the server sent here, not through `onprogress`:
+   * the SDK client runs notification handlers a microtask late but responses at once, so a progress notification
+   * read in the same chunk as its response reaches no handler (its handler is gone with the response).
+   */
+  received: () => JSONRPCMessage[];
 }
 
 /**
@@ -29,6 +35,9 @@ export async function startServer(env: Record<string, string>, o: { args?: strin
   transport.stderr?.on('data', (c: Buffer) => { err += c.toString(); });
   const client = new Client({ name: o.name ?? 'test-client', version: '1.0.0' }, { capabilities: {} });
   await client.connect(transport);
+  const received: JSONRPCMessage[] = [];
+  const deliver = transport.onmessage;
+  transport.onmessage = (m, extra) => { received.push(m); deliver?.(m, extra); };
   // A request served by the server's core (loaded after `initialized`): once it answers, the session is registered
   // and the core's start-up writes are done, so a test's snapshot of the state home never catches one half-done (CI
   // once saw the session file's temp file in a "before" tree).
@@ -39,6 +48,7 @@ export async function startServer(env: Record<string, string>, o: { args?: strin
     client, transport, stderr: () => err, pid: transport.pid!,
     close: async () => { await client.close().catch(() => {}); },
     call,
+    received: () => received,
   };
 }
 
