@@ -8,6 +8,8 @@ export interface FsPort {
   openSync: typeof fs.openSync;
   writeSync: (fd: number, data: Uint8Array) => number;
   fsyncSync: typeof fs.fsyncSync;
+  /** fsync on the thread pool: several at once share the file system's journal commits, and the loop goes on. */
+  fsync: (fd: number) => Promise<void>;
   closeSync: typeof fs.closeSync;
   renameSync: typeof fs.renameSync;
   linkSync: typeof fs.linkSync;
@@ -20,6 +22,7 @@ const real: FsPort = {
   openSync: fs.openSync,
   writeSync: (fd, data) => fs.writeSync(fd, data),
   fsyncSync: fs.fsyncSync,
+  fsync: (fd) => new Promise<void>((resolve, reject) => fs.fsync(fd, (e) => (e ? reject(e) : resolve()))),
   closeSync: fs.closeSync,
   renameSync: fs.renameSync,
   linkSync: fs.linkSync,
@@ -30,8 +33,12 @@ const real: FsPort = {
 
 export let fsPort: FsPort = real;
 
-/** Test seam: replace some calls; returns a function that restores the real ones. */
+/**
+ * Test seam: replace some calls; returns a function that restores the real ones. A replaced `fsyncSync` stands for
+ * `fsync` too unless that is replaced as well: a fault injected at "the fsync" hits both ways of doing it.
+ */
 export function overrideFsPort(partial: Partial<FsPort>): () => void {
-  fsPort = { ...real, ...partial };
+  const { fsyncSync } = partial;
+  fsPort = { ...real, ...(fsyncSync ? { fsync: async (fd: number) => { fsyncSync(fd); } } : {}), ...partial };
   return () => { fsPort = real; };
 }
