@@ -12,17 +12,15 @@ export interface LockOptions {
   what?: string;
 }
 
-const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
-
 /** Lock sections of this process not yet finished (acquiring, holding or releasing). */
 const inFlight = new Set<Promise<unknown>>();
 let closing = false;
 
 /**
- * Call before `process.exit`: stops waiting for locks and lets every section under way finish and release. Exiting
- * with an acquisition in flight can leave a lock directory that nobody holds (its mkdir completes on the thread pool
- * while the process dies, after proper-lockfile's exit hook ran): every other process then waits out the stale
- * time and answers BUSY. Seen as 8 concurrent launches failing at bind after a runner exited mid-acquisition.
+ * Call before `process.exit`: stops waiting for locks and lets every section under way finish and release, so that
+ * no section is cut in half by the exit. (With the callback API an acquisition still in flight at exit left a lock
+ * directory that nobody held, its mkdir completing on the thread pool after proper-lockfile's exit hook ran: every
+ * other process then waited out the stale time and answered BUSY. Acquisition is synchronous now.)
  */
 export async function settleLocks(): Promise<void> {
   closing = true;
@@ -45,34 +43,76 @@ async function lockSection<T>(target: string, fn: () => T | Promise<T>, options:
   const waitMs = options.waitMs ?? 5000;
   const staleMs = options.staleMs ?? 5000;
   const deadline = performance.now() + waitMs;
-  let release: (() => Promise<void>) | undefined;
+  let release: (() => void) | undefined;
   let delay = 2;
-  for (;;) {
-    if (closing) throw new SubagentError('BUSY', 'this process is exiting; the lock was not taken.');
-    try {
-      release = await lockfile.lock(target, {
-        realpath: false,
-        stale: staleMs,
-        retries: 0,
-        // A lost lock (its mtime was taken over) must not crash a server; the holder's work is bounded anyway.
-        onCompromised: () => {},
-      });
-      break;
-    } catch (e) {
-      // ENOENT: the lock dir existed at mkdir and was released before proper-lockfile could stat it — a lost race with
-      // its holder, not a failure (seen under heavy load as a launch failing at bind). Try again like ELOCKED.
-      const code = (e as NodeJS.ErrnoException).code;
-      if (code !== 'ELOCKED' && !(code === 'ENOENT' && fs.existsSync(path.dirname(target)))) throw e;
-      if (performance.now() >= deadline) {
-        throw new SubagentError('BUSY', `the ${options.what ?? 'state'} lock stayed held for ${waitMs} ms by another process; retry in a moment.`);
+  let released: LockReleaseWatch | null = null;
+  try {
+    for (;;) {
+      if (closing) throw new SubagentError('BUSY', 'this process is exiting; the lock was not taken.');
+      try {
+        // Synchronous (mkdir, stat; rmdir to release): taking and returning the lock never waits for this process's
+        // event loop. The callback API held the lock from the mkdir on the thread pool until the loop got round to
+        // its callback, and again until the rmdir's: under load (eight launches' sync writes queued on one loop) that
+        // was most of every hold, and every process of the state home queued behind it.
+        release = lockfile.lockSync(target, {
+          realpath: false,
+          stale: staleMs,
+          retries: 0,
+          // A lost lock (its mtime was taken over) must not crash a server; the holder's work is bounded anyway.
+          onCompromised: () => {},
+        });
+        break;
+      } catch (e) {
+        // ENOENT: the lock dir existed at mkdir and was released before proper-lockfile could stat it — a lost race with
+        // its holder, not a failure (seen under heavy load as a launch failing at bind). Try again like ELOCKED.
+        const code = (e as NodeJS.ErrnoException).code;
+        if (code !== 'ELOCKED' && !(code === 'ENOENT' && fs.existsSync(path.dirname(target)))) throw e;
+        if (performance.now() >= deadline) {
+          throw new SubagentError('BUSY', `the ${options.what ?? 'state'} lock stayed held for ${waitMs} ms by another process; retry in a moment.`);
+        }
+        // Woken when the holder removes the lock (another process's release is a rmdir we can watch), the back-off
+        // only a safety net: sleeping it out was most of a contended wait (8 concurrent launches: ~2 retries a section).
+        released ??= watchRelease(target);
+        await released.next(delay);
+        delay = Math.min(delay * 2, 25);
       }
-      await sleep(delay);
-      delay = Math.min(delay * 2, 25);
     }
+  } finally {
+    released?.close();
   }
   try {
     return await fn();
   } finally {
-    await release().catch(() => {});
+    try { release!(); } catch { /* taken over as stale meanwhile: not ours to remove */ }
   }
+}
+
+interface LockReleaseWatch {
+  /** Resolves at the next removal of the lock directory, or after `maxMs`. */
+  next(maxMs: number): Promise<void>;
+  close(): void;
+}
+
+function watchRelease(target: string): LockReleaseWatch {
+  const lockName = `${path.basename(target)}.lock`; // proper-lockfile's default lock path
+  const lockDir = path.join(path.dirname(target), lockName);
+  let wake: (() => void) | null = null;
+  let missed = false; // a removal seen between two waits: the next wait returns at once
+  let watcher: fs.FSWatcher | null = null;
+  try {
+    watcher = fs.watch(path.dirname(target), (_event, name) => {
+      // Its creation is an event too (and so is a competitor's take-over): only a free lock is worth a try.
+      if (name !== lockName || fs.existsSync(lockDir)) return;
+      if (wake) wake(); else missed = true;
+    });
+    watcher.on('error', () => {});
+  } catch { /* the back-off alone */ }
+  return {
+    next: (maxMs) => new Promise<void>((resolve) => {
+      if (missed) { missed = false; resolve(); return; }
+      const timer = setTimeout(() => { wake = null; resolve(); }, maxMs);
+      wake = () => { clearTimeout(timer); wake = null; resolve(); };
+    }),
+    close: () => watcher?.close(),
+  };
 }
