@@ -35,7 +35,7 @@ export async function claimAgentSlot(layout: Layout, key: string, runner: Proces
       if (Object.keys(l.agents).length >= maxAgents) return false;
       l.agents[key] = slot;
       return true;
-    }, undefined, NOT_DURABLE).catch((e: unknown) => {
+    }, NOT_DURABLE).catch((e: unknown) => {
       // A ledger lock busy past its bound (a loaded machine) is not a reason to fail the step: wait and try again.
       if (e instanceof SubagentError && e.code === 'BUSY') return false;
       throw e;
@@ -48,11 +48,11 @@ export async function claimAgentSlot(layout: Layout, key: string, runner: Proces
 }
 
 export async function setAgentSlotProcess(layout: Layout, key: string, agent: ProcessIdentity): Promise<void> {
-  await withLedger(layout, (l) => { if (l.agents[key]) l.agents[key]!.agent = agent; }, undefined, NOT_DURABLE);
+  await withLedger(layout, (l) => { if (l.agents[key]) l.agents[key]!.agent = agent; }, NOT_DURABLE);
 }
 
 export async function releaseAgentSlot(layout: Layout, key: string): Promise<void> {
-  await withLedger(layout, (l) => { delete l.agents[key]; }, undefined, NOT_DURABLE);
+  await withLedger(layout, (l) => { delete l.agents[key]; }, NOT_DURABLE);
 }
 
 /** Every slot a run still holds or reserved (its runner is ending: nothing of it can start any more). */
