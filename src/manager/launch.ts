@@ -143,8 +143,9 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   try {
     // Indexed first (listings read the index, not every run directory): the index may name a run that was never
     // created (skipped), never miss one that was.
-    indexRun(ctx.layout, [ctx.sessionId, rootRecord?.sessionId], runId);
-    runPaths = ctx.store.create(record, status, nesting ? {} : { [CATALOG_SNAPSHOT_NAME]: catalogSnapshotJson(ctx, catalog) });
+    const indexed = indexRun(ctx.layout, [ctx.sessionId, rootRecord?.sessionId], runId);
+    indexed.catch(() => {}); // observed by create, which may fail before it gets there
+    runPaths = await ctx.store.create(record, status, nesting ? {} : { [CATALOG_SNAPSHOT_NAME]: catalogSnapshotJson(ctx, catalog) }, indexed);
     if (nesting) ctx.store.addChild(nesting.parentRunId, runId, nesting.parentStepKey);
   } catch (e) {
     await releaseReservation(ctx, runId, rootRunId, paths.length).catch(() => {});

@@ -106,18 +106,17 @@ function indexFile(layout: Layout, sessionId: string): string {
 }
 
 /** Records `runId` under each session (durably: an acknowledged run must stay listable). */
-export function indexRun(layout: Layout, sessionIds: Array<string | null | undefined>, runId: string): void {
+export async function indexRun(layout: Layout, sessionIds: Array<string | null | undefined>, runId: string): Promise<void> {
   ensurePrivateDir(path.join(layout.home, 'index'));
-  for (const sid of new Set(sessionIds)) {
-    if (!sid) continue;
+  await Promise.all([...new Set(sessionIds)].filter((sid): sid is string => !!sid).map(async (sid) => {
     const fd = fs.openSync(indexFile(layout, sid), fs.constants.O_APPEND | fs.constants.O_CREAT | fs.constants.O_WRONLY | fs.constants.O_NOFOLLOW, 0o600);
     try {
       fs.writeSync(fd, `${runId}\n`);
-      fs.fdatasyncSync(fd);
+      await new Promise<void>((resolve, reject) => fs.fdatasync(fd, (e) => (e ? reject(e) : resolve())));
     } finally {
       fs.closeSync(fd);
     }
-  }
+  }));
 }
 
 /**

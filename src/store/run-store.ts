@@ -3,7 +3,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { SubagentError } from '../errors.js';
 import { isRunId } from '../ids.js';
-import { ensurePrivateDir, fsyncDir, writeFileAtomic } from './atomic-write.js';
+import { ensurePrivateDir, fsyncDirAsync, fsyncFiles, writeFileAtomic } from './atomic-write.js';
+import { fsPort } from './fs-port.js';
 import { appendEvent } from './event-log.js';
 import { readJsonFile } from './json-file.js';
 import { Layout, RunPaths } from './layout.js';
@@ -24,12 +25,12 @@ export class RunStore {
     return this.layout.run(runId);
   }
 
-  /** Writes the launch record and the first status, durably, before any process is started. */
   /**
    * Creates the run's directory with its record, status and `extra` files (name → content, e.g. the catalog
-   * snapshot), all durable before the directory appears under `runs/`.
+   * snapshot), all durable before the directory appears under `runs/` (and not before `publishAfter`, e.g. the run
+   * index's own fsync, has settled: what it makes durable must be so before the run exists).
    */
-  create(record: RunRecord, status: RunStatus, extra: Record<string, string> = {}): RunPaths {
+  async create(record: RunRecord, status: RunStatus, extra: Record<string, string> = {}, publishAfter: Promise<unknown> = Promise.resolve()): Promise<RunPaths> {
     const p = this.paths(record.runId);
     // Built under a hidden temp name and renamed into place: a server killed mid-create leaves no half-record (a run
     // directory without its status), only a temp directory that listings never see and the next server start removes.
@@ -37,19 +38,22 @@ export class RunStore {
     try {
       fs.mkdirSync(tmp.dir, { mode: 0o700 });
       for (const d of [tmp.outDir, tmp.appendsDir, tmp.promptsDir, tmp.childrenDir, tmp.budgetDir]) ensurePrivateDir(d);
-      // Each file fsynced; the directory once, before the rename publishes it (fsyncs are most of a launch's I/O).
-      const inTmp = { durable: true, syncDir: false };
-      writeFileAtomic(tmp.record, JSON.stringify(record), inTmp);
-      writeFileAtomic(tmp.status, JSON.stringify(status), inTmp);
-      for (const [name, text] of Object.entries(extra)) writeFileAtomic(path.join(tmp.dir, name), text, inTmp);
+      // Written, then fsynced together on the thread pool, the directory once before the rename publishes it: these
+      // fsyncs are most of a launch's I/O, and one after the other on the event loop they held up every other
+      // request of the server (eight concurrent launches queued behind each other's fsyncs).
+      const files = [tmp.record, tmp.status, ...Object.keys(extra).map((name) => path.join(tmp.dir, name))];
+      writeFileAtomic(tmp.record, JSON.stringify(record), { durable: false });
+      writeFileAtomic(tmp.status, JSON.stringify(status), { durable: false });
+      for (const [name, text] of Object.entries(extra)) writeFileAtomic(path.join(tmp.dir, name), text, { durable: false });
       appendEvent(tmp.events, { type: 'created', mode: record.mode, steps: record.steps.length });
-      fsyncDir(tmp.dir);
-      fs.renameSync(tmp.dir, p.dir);
+      await Promise.all([fsyncFiles(files), publishAfter]);
+      await fsyncDirAsync(tmp.dir);
+      fsPort.renameSync(tmp.dir, p.dir);
     } catch (e) {
       try { fs.rmSync(tmp.dir, { recursive: true, force: true }); } catch { /* best effort */ }
       throw e;
     }
-    fsyncDir(this.layout.runsDir);
+    await fsyncDirAsync(this.layout.runsDir);
     return p;
   }
 

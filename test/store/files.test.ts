@@ -70,21 +70,21 @@ describe('event log', () => {
 });
 
 describe('run store: status compare-and-set', () => {
-  function makeRun(store: RunStore): string {
+  async function makeRun(store: RunStore): Promise<string> {
     const runId = newRunId();
     const record = { v: 1, runId, steps: [], mode: 'single' } as unknown as RunRecord;
     const status: RunStatus = {
       v: 1, runId, state: 'running', error: null, startedAt: null, endedAt: null, updatedAt: new Date().toISOString(),
       runner: null, steps: [], appendsTaken: 0, survivors: [],
     };
-    store.create(record, status);
+    await store.create(record, status);
     return runId;
   }
 
   it('the first terminal state wins; later writers get the stored one back and the file never changes again', async () => {
     openStateHome(path.join(dir, 'home'));
     const store = new RunStore(new Layout(path.join(dir, 'home')));
-    const runId = makeRun(store);
+    const runId = await makeRun(store);
     const done = await store.update(runId, (s) => ({ ...s, state: 'completed', endedAt: 'then' }));
     expect(done.state).toBe('completed');
     const before = fs.readFileSync(store.paths(runId).status, 'utf8');
@@ -98,8 +98,8 @@ describe('run store: status compare-and-set', () => {
   it('a damaged status.json is STATE_CORRUPT for that run only', async () => {
     openStateHome(path.join(dir, 'home'));
     const store = new RunStore(new Layout(path.join(dir, 'home')));
-    const bad = makeRun(store);
-    const good = makeRun(store);
+    const bad = await makeRun(store);
+    const good = await makeRun(store);
     fs.writeFileSync(store.paths(bad).status, '{"v":1,"sta');
     expect(() => store.readStatus(bad)).toThrow(/does not parse/);
     await expect(store.update(bad, (s) => s)).rejects.toMatchObject({ code: 'STATE_CORRUPT' });
