@@ -27,6 +27,10 @@ export class RunWatcher {
   private pending = false;
   private scanning = false;
   private again = false;
+  /** The next scan lists every run (not only the active ones), and so does the one after a poke while scanning. */
+  private wantFull = true;
+  /** The runs not yet terminal at the last look: all that a light scan reads. */
+  private readonly active = new Map<string, RunMeta>();
   private primed = false;
   private readonly startedAt = new Date().toISOString();
   private knownSessions = new Set<string>();
@@ -36,14 +40,14 @@ export class RunWatcher {
   constructor(private readonly ctx: ManagerContext, private readonly server: Server) {}
 
   start(): void {
-    this.timer = setInterval(() => this.poke(), POLL_MS);
+    this.timer = setInterval(() => this.poke(true), POLL_MS);
     this.timer.unref();
     try {
-      const w = fs.watch(this.ctx.layout.runsDir, () => this.poke());
+      const w = fs.watch(this.ctx.layout.runsDir, () => this.poke(true));
       w.on('error', () => {});
       this.watchers.set('*', w);
     } catch { /* poll */ }
-    this.poke();
+    this.poke(true);
   }
 
   stop(): void {
@@ -56,10 +60,16 @@ export class RunWatcher {
   unsubscribe(uri: string): void { this.subscribed.delete(uri.split('?')[0]!); }
 
   /** A launch or restore changed the list: the next scan announces the new runs (once, deduplicated). */
-  listChanged(): void { this.poke(); }
+  listChanged(): void { this.poke(true); }
 
-  /** Coalesces bursts of events into one scan; a poke during a scan runs one more scan after it. */
-  poke(): void {
+  /**
+   * Coalesces bursts of events into one scan; a poke during a scan runs one more scan after it. A light poke (a tool
+   * call, an event in an active run's directory) reads only the active runs: listing every run of the session on each
+   * was most of the server's CPU under load (eight concurrent launches in a session with a hundred finished runs). New
+   * runs, dismissals and removals are the full scan's: on the runs directory's events, on `listChanged` and on the poll.
+   */
+  poke(full = false): void {
+    if (full) this.wantFull = true;
     if (this.scanning) { this.again = true; return; }
     if (this.pending) return;
     this.pending = true;
@@ -79,15 +89,18 @@ export class RunWatcher {
   }
 
   private async scan(): Promise<void> {
-    const metas = listVisible(this.ctx);
-    const sessions = this.ctx.visibleSessions();
-    markAdoptedRuns(this.ctx, metas);
+    const full = this.wantFull || !this.primed;
+    this.wantFull = false;
+    const metas = full ? listVisible(this.ctx) : [...this.active.values()];
+    const sessions = full ? this.ctx.visibleSessions() : this.knownSessions;
+    if (full) markAdoptedRuns(this.ctx, metas);
     for (const m of metas) {
       const prev = this.seen.get(m.runId);
       if (prev && isTerminalRun(prev.state)) continue; // terminal is final: nothing more to notify
       const cur = this.read(m, prev);
       if (!cur) continue;
       this.seen.set(m.runId, cur);
+      if (isTerminalRun(cur.state)) this.active.delete(m.runId); else this.active.set(m.runId, m);
       this.follow(m.runId, cur.state);
       if (!this.primed || prev?.fp === cur.fp) continue;
       const base = runUri(m.runId);
@@ -98,6 +111,9 @@ export class RunWatcher {
         this.send(() => this.server.sendLoggingMessage({ level: 'info', logger: 'subagents', data: `run ${m.runId} ${cur.state}` }));
       }
     }
+    if (!full) return;
+    const present = new Set(metas.map((m) => m.runId));
+    for (const runId of this.active.keys()) if (!present.has(runId)) this.active.delete(runId); // removed (gc)
     const listed = metas.filter((m) => !this.ctx.store.isDismissed(m.runId)).map((m) => m.runId).sort().join(',');
     if (this.primed && listed !== this.listed) this.send(() => this.server.sendResourceListChanged());
     this.listed = listed;
