@@ -33,6 +33,9 @@ export function reconcileSettled(runId: string): Promise<void> {
 async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> {
   const status = ctx.store.readStatus(runId);
   if (!status || isTerminalRun(status.state)) return;
+  // The common case, first and cheapest (a /proc read): a running run whose runner lives needs nothing, not even its
+  // record read (every status call and every watcher scan of an active run comes here).
+  if (status.state !== 'starting' && isAlive(status.runner)) return;
   const record = ctx.store.readRecord(runId);
   if (!record) return;
   const paths = ctx.store.paths(runId);
