@@ -11,5 +11,7 @@ export const DIST_DIR = path.dirname(fileURLToPath(import.meta.url));
 export const MAIN_JS = path.join(DIST_DIR, 'main.js');
 /** The detached runner's entry (never bundled into the server: it must load only built-ins before ready). */
 export const RUNNER_MAIN = path.join(DIST_DIR, 'runner', 'main.js');
+/** The thread that spawns runners off the server's event loop (tsc's output, built-ins only). */
+export const SPAWNER_WORKER = path.join(DIST_DIR, 'process', 'spawner-worker.js');
 /** The agents shipped with the package (used by `demo`). */
 export const BUNDLED_AGENTS_DIR = path.join(DIST_DIR, '..', 'agents');

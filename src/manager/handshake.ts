@@ -1,7 +1,7 @@
-import type { ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import { SubagentError } from '../errors.js';
 import { isAlive, readIdentity, type ProcessIdentity } from '../process/identity.js';
+import type { DetachedChild } from '../process/spawn-detached.js';
 import { createFileExclusive } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
 import type { RunPaths } from '../store/layout.js';
@@ -17,7 +17,7 @@ export class HandshakeFailure extends Error {
 
 interface WaitOptions {
   paths: RunPaths;
-  child: ChildProcess;
+  child: DetachedChild;
   deadline: number;
   signal: AbortSignal;
 }

@@ -6,7 +6,7 @@ import type { AgentDefinition } from '../agents/types.js';
 import { SubagentError } from '../errors.js';
 import { newRunId } from '../ids.js';
 import { isAlive } from '../process/identity.js';
-import { spawnDetached } from '../process/spawn-detached.js';
+import { spawnDetached, type DetachedChild } from '../process/spawn-detached.js';
 import { readTail } from '../runner/agent-process.js';
 import { newStepStatus } from '../runner/step-status.js';
 import type { AgentTaskSpec, RunMode, RunRecord, RunStatus, StepSpec } from '../store/run-types.js';
@@ -156,13 +156,14 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
 
   o.onProgress?.('spawn');
   const envFor = input.mode === 'chain' ? [...catalog.values()] : null;
-  const child = spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env: runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord), envFor), logFile: runPaths.runnerLog });
-  testFault(ctx, 'server-after-spawn');
   const deadline = performance.now() + handshakeTimeoutMs;
-  const wait = { paths: runPaths, child, deadline, signal: o.signal };
+  let child: DetachedChild | null = null;
   let phase: HandshakePhase = 'spawn';
   let runner = null;
   try {
+    child = await spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env: runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord), envFor), logFile: runPaths.runnerLog });
+    testFault(ctx, 'server-after-spawn');
+    const wait = { paths: runPaths, child, deadline, signal: o.signal };
     runner = await awaitReady(wait);
     phase = 'bind';
     o.onProgress?.('ready');
@@ -176,7 +177,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     o.onProgress?.('started');
   } catch (e) {
     const failure = e instanceof HandshakeFailure ? e : new HandshakeFailure(phase, e instanceof Error ? e.message : 'unknown failure', runner);
-    const outcome = await abandonLaunch(ctx, runId, failure, child.pid ?? null, runner);
+    const outcome = await abandonLaunch(ctx, runId, failure, child?.pid ?? null, runner);
     if (outcome === 'started') return result(ctx, runId, input.mode, reservation);
     await releaseReservation(ctx, runId, rootRunId, paths.length).catch(() => {});
     throw handshakeError(failure, runId);
