@@ -48,7 +48,7 @@ export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?:
     if (!isTerminalRun(s.state) && s.runner) {
       // The runner did not act within its grace: stop everything of the run from here.
       const runner = s.runner;
-      const term = await terminateProcesses(() => findRunProcesses({ pgids: runnerGroups(runner), token: record.runToken, exclude: [process.pid] }), 0, 500);
+      const term = await terminateProcesses(() => findRunProcesses({ pgids: runnerGroups(runner), token: record.runToken, since: runner.startTime, exclude: [process.pid] }), 0, 500);
       s = await ctx.store.update(runId, (cur) => cancelled(cur, term.survivors.map((p) => ({ pid: p.pid, startTime: p.startTime }))), { durable: true });
       if (term.survivors.length === 0) {
         await withLedger(ctx.layout, (l) => {

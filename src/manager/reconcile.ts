@@ -67,7 +67,7 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
   }
   if (isAlive(status.runner)) return;
   const runner = status.runner!;
-  const find = () => findRunProcesses({ pgids: runnerGroups(runner), token: record.runToken, exclude: [process.pid] });
+  const find = () => findRunProcesses({ pgids: runnerGroups(runner), token: record.runToken, since: runner.startTime, exclude: [process.pid] });
   const term = await terminateProcesses(find, record.killGraceMs);
   // The runner's last words; a runner killed outright (SIGKILL, the OOM killer) leaves none, which is worth saying.
   const tail = readTail(paths.runnerLog, 2048) || '(runner.log is empty: the runner was killed without a word, e.g. by SIGKILL or the OOM killer)';

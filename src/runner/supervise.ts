@@ -377,7 +377,7 @@ class Executor {
 
   /** Every process of the run's group or carrying its token, except the runner itself: SIGTERM → grace → SIGKILL. */
   private async sweepLeftovers(): Promise<void> {
-    const find = () => findRunProcesses({ pgids: [this.me.pid], token: this.record.runToken, exclude: [process.pid] });
+    const find = () => findRunProcesses({ pgids: [this.me.pid], token: this.record.runToken, since: this.me.startTime, exclude: [process.pid] });
     const r = await terminateProcesses(find, this.record.killGraceMs);
     if (r.survivors.length) this.status.survivors = r.survivors.map((p) => ({ pid: p.pid, startTime: p.startTime }));
   }
