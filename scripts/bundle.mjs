@@ -24,6 +24,10 @@ const COMMON = {
   sourcemap: 'linked',
   legalComments: 'none',
   logLevel: 'warning',
+  // proper-lockfile's graceful-fs is Node's fs here: its queueing on EMFILE and its polyfills for old Node do nothing
+  // for the lock directories proper-lockfile makes (mkdir, stat, utimes, rmdir), and loading it (it clones and patches
+  // fs, and pulls in assert and stream) was ~8 ms of CPU at every server start and every runner's supervisor load.
+  alias: { 'graceful-fs': path.join(repo, 'scripts', 'bundle-shims', 'graceful-fs.cjs') },
   // CommonJS dependencies (proper-lockfile, commander) call require() on built-ins.
   banner: { js: "import{createRequire as __subagentsRequire}from'node:module';const require=__subagentsRequire(import.meta.url);" },
 };
