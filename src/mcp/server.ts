@@ -1,4 +1,5 @@
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
 import {
   CallToolRequestSchema, CompleteRequestSchema, ListResourcesRequestSchema, ListResourceTemplatesRequestSchema,
   ListToolsRequestSchema, ReadResourceRequestSchema, SubscribeRequestSchema, UnsubscribeRequestSchema,
@@ -30,6 +31,8 @@ export interface ServerHandle {
  * tools/list is served from the list the build rendered, and the core (./core.js) loads right after the client's
  * `initialized`, or at the first request that needs it, whichever comes first.
  */
+let ajv: AjvJsonSchemaValidator | undefined;
+
 export function createServer(o: Omit<CoreOptions, 'server'> & { version: string; onClient?: (name: string, version: string) => void }): ServerHandle {
   const server = new Server({ name: 'subagents', version: o.version }, {
     capabilities: {
@@ -39,6 +42,9 @@ export function createServer(o: Omit<CoreOptions, 'server'> & { version: string;
       completions: {},
     },
     instructions: INSTRUCTIONS,
+    // The SDK's default builds an Ajv instance with every format at construction; it validates only elicitation
+    // answers, which this server never asks for. Built on first use instead (idle RSS and cold start).
+    jsonSchemaValidator: { getValidator: (schema) => (ajv ??= new AjvJsonSchemaValidator()).getValidator(schema) },
   });
   let loading: Promise<Core> | null = null;
   let loaded: Core | null = null;
