@@ -78,6 +78,8 @@ export interface ParsedResult {
   isError: boolean;
   /** The CLI's own reason, short and without secrets, when isError. */
   errorMessage?: string;
+  /** errorMessage is the adapter's generic fallback (the CLI gave no reason on stdout): the runner adds stderr's last line. */
+  reasonUnknown?: boolean;
   usage?: Usage;
   costUsd?: number;
 }

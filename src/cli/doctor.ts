@@ -33,6 +33,7 @@ export async function doctorCommand(ctx: ManagerContext, version: string, o: { j
   out(`Agents (project ${r.agents.projectDir}: ${r.agents.projectTrusted ? 'trusted' : 'not trusted'})`);
   for (const a of r.agents.available) {
     out(`  ${a.available ? 'ok  ' : '--  '}  ${a.name} (${a.backend}, ${a.source}${a.trusted ? '' : ', untrusted'})${a.problem ? `: ${a.problem}` : ''}`);
+    for (const w of a.warnings ?? []) out(`        warning: ${w}`);
   }
   if (r.agents.refused.length) {
     out('  refused:');

@@ -10,7 +10,7 @@ import { locateBackend, loadFullCatalog, catalogFor } from './agent-resolver.js'
 import type { ManagerContext } from './context.js';
 
 export interface AgentListing {
-  agents: Array<{ name: string; description: string; backend: string; source: string; trusted: boolean; available: boolean; problem?: string; models?: string[] }>;
+  agents: Array<{ name: string; description: string; backend: string; source: string; trusted: boolean; available: boolean; problem?: string; warnings?: string[]; models?: string[] }>;
   refused: Array<{ name?: string; path: string; source: string; reason: string }>;
 }
 
@@ -21,13 +21,27 @@ export async function listAgents(ctx: ManagerContext): Promise<AgentListing> {
   return {
     agents: [...agents.values()].sort((a, b) => a.name.localeCompare(b.name)).map((d) => {
       const { problem } = locateBackend(d, ctx);
+      const warnings = definitionWarnings(d);
       return {
         name: d.name, description: d.description, backend: d.backend, source: d.source, trusted: d.trusted,
-        available: problem === null, ...(problem ? { problem } : {}), ...(d.models ? { models: d.models } : {}),
+        available: problem === null, ...(problem ? { problem } : {}), ...(warnings.length ? { warnings } : {}),
+        ...(d.models ? { models: d.models } : {}),
       };
     }),
     refused: (full?.refused ?? []).map((r) => ({ ...(r.name ? { name: r.name } : {}), path: r.path, source: r.source, reason: r.reason })),
   };
+}
+
+/**
+ * What a definition asks for that its backend ignores: the agent still runs (so it is no `problem`), but without it.
+ * A silent `delegate: true` on a CLI that cannot take MCP servers would leave its author expecting nested runs.
+ */
+function definitionWarnings(d: { backend: Backend; delegate: boolean }): string[] {
+  const warnings: string[] = [];
+  if (d.delegate && adapterFor(d.backend)?.supportsDelegate === false) {
+    warnings.push(`delegate: true is ignored: the ${d.backend} backend cannot be given this server as an MCP server, so this agent cannot launch runs of its own. Remove delegate, or use a backend that supports it (${BACKENDS.filter((b) => adapterFor(b)?.supportsDelegate).join(', ')}).`);
+  }
+  return warnings;
 }
 
 /** One agent CLI as this process finds it: where, which version, and why it is unusable if it is. */

@@ -29,7 +29,7 @@ export interface DoctorReport {
   agents: {
     projectDir: string;
     projectTrusted: boolean;
-    available: Array<{ name: string; backend: string; source: string; trusted: boolean; available: boolean; problem?: string }>;
+    available: Array<{ name: string; backend: string; source: string; trusted: boolean; available: boolean; problem?: string; warnings?: string[] }>;
     refused: Array<{ name?: string; path: string; source: string; reason: string }>;
   };
   passThrough: {

@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import { redactSecrets } from '../agents/adapters/shared.js';
 import { readTail } from '../runner/agent-process.js';
 import type { RunPaths } from '../store/layout.js';
 import { isTerminalRun, type AppendRecord, type RunRecord, type RunStatus, type StepSpec, type StepStatus } from '../store/run-types.js';
@@ -140,7 +141,7 @@ export function renderRun(ctx: ManagerContext, record: RunRecord, status: RunSta
       usage: s.usage, costUsd: s.costUsd, error: s.error,
       children: children.filter((c) => c.stepKey === s.key).map((c) => c.runId),
     };
-    if (s.state === 'failed' && !s.members) v.stderrTail = readTail(paths.stderr(s.key), STDERR_TAIL_BYTES);
+    if (s.state === 'failed' && !s.members) v.stderrTail = redactSecrets(readTail(paths.stderr(s.key), STDERR_TAIL_BYTES));
     if (s.members) v.members = s.members.map(view);
     return v;
   };

@@ -110,16 +110,19 @@ export const StatusOutput = z.object({
   waitedMs: z.number().optional(), changed: z.boolean().optional(),
 });
 
-export const AppendOutput = z.object({ runId: z.string(), stepIndex: z.number(), pendingAppends: z.number(), fanout: Fanout });
+export const AppendOutput = z.object({ sessionId: z.string(), runId: z.string(), stepIndex: z.number(), pendingAppends: z.number(), fanout: Fanout });
 export const RestoreOutput = z.object({
   sessionId: z.string(), lineage: z.array(z.string()), adopted: z.number(), unknown: z.array(z.string()), runs: z.array(RunSummary),
 });
-export const DismissOutput = z.object({ runId: z.string(), state: z.string(), dismissed: z.boolean(), cancelled: z.boolean() });
-export const CancelOutput = z.object({ runId: z.string(), state: z.string(), error: ErrorInfo, survivors: z.array(z.number()) });
+export const DismissOutput = z.object({ sessionId: z.string(), runId: z.string(), state: z.string(), dismissed: z.boolean(), cancelled: z.boolean() });
+export const CancelOutput = z.object({ sessionId: z.string(), runId: z.string(), state: z.string(), error: ErrorInfo, survivors: z.array(z.number()) });
 export const AgentsOutput = z.object({
+  sessionId: z.string(),
   agents: z.array(z.object({
     name: z.string(), description: z.string(), backend: z.string(), source: z.string(), trusted: z.boolean(),
-    available: z.boolean(), problem: z.string().optional(), models: z.array(z.string()).optional(),
+    available: z.boolean(), problem: z.string().optional(),
+    warnings: z.array(z.string()).optional().describe('What the definition asks for that its backend ignores (e.g. delegate: true on pi or command); the agent still runs without it'),
+    models: z.array(z.string()).optional(),
   })),
   refused: z.array(z.object({ name: z.string().optional(), path: z.string(), source: z.string(), reason: z.string() })),
   backends: z.array(z.object({

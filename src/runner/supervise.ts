@@ -3,6 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { createHash, randomBytes } from 'node:crypto';
 import { adapterFor } from '../agents/adapters/index.js';
+import { stderrReason } from '../agents/adapters/shared.js';
 import { agentSourceEnv, buildAgentEnv } from '../agents/agent-env.js';
 import type { ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, terminateProcesses } from '../process/terminate.js';
@@ -296,12 +297,21 @@ class Executor {
         : result.stoppedFor === 'TIMEOUT'
           ? { code: 'TIMEOUT', message: `agent ${spec.agent.name} exceeded its step limit of ${timeoutMs} ms` }
           : result.parsed?.isError
-            ? { code: 'STEP_FAILED', message: `agent ${spec.agent.name} reported an error: ${(result.parsed.errorMessage ?? 'unknown').slice(0, 300)}` }
-            : { code: 'STEP_FAILED', message: `agent ${spec.agent.name} exited with ${result.signal ? `signal ${result.signal}` : `code ${result.exitCode}`}` };
+            ? { code: 'STEP_FAILED', message: `agent ${spec.agent.name} reported an error: ${(result.parsed.errorMessage ?? 'unknown').slice(0, 300)}${result.parsed.reasonUnknown ? this.stderrWhy(st.key) : ''}` }
+            : { code: 'STEP_FAILED', message: `agent ${spec.agent.name} exited with ${result.signal ? `signal ${result.signal}` : `code ${result.exitCode}`}${this.stderrWhy(st.key)}` };
     }
     await this.write();
     this.store.event(this.runId, { type: 'step-ended', step: st.key, state: st.state, exitCode: st.exitCode, signal: st.signal });
     return { ok, ran: true, text: { file: this.paths.output(st.key), cap: this.record.maxOutputBytes }, error: st.error };
+  }
+
+  /**
+   * `; stderr: <its last non-empty line>` for a step whose CLI gave no reason on stdout (gemini without auth, pi
+   * without a key say why only there), bounded and redacted like every error text; '' when stderr is empty.
+   */
+  private stderrWhy(stepKey: string): string {
+    const why = stderrReason(readTail(this.paths.stderr(stepKey), 4096));
+    return why ? `; stderr: ${why}` : '';
   }
 
   /** A fresh secret for the running step; only its hash is stored, and it is deleted when the step ends. */

@@ -37,7 +37,7 @@ describe.concurrent('append: steps added to a running chain', () => {
     const l = (await ok(s, 'launch', { chain: [{ agent: g.agent, task: 'g0' }, { agent: 'echo', task: 's1 {previous}' }] }));
     expect(l.fanout.used).toBe(2);
     const a1 = await ok(s, 'append', { runId: l.runId, step: { agent: 'echo', task: 'A {previous}' } });
-    expect(a1).toEqual({ runId: l.runId, stepIndex: 2, pendingAppends: 1, fanout: { used: 3, limit: 64, remaining: 61 } });
+    expect(a1).toEqual({ sessionId: l.sessionId, runId: l.runId, stepIndex: 2, pendingAppends: 1, fanout: { used: 3, limit: 64, remaining: 61 } });
     const a2 = (await ok(s, 'append', { runId: l.runId, step: { parallel: [{ agent: 'echo', task: 'B1 {previous}' }, { agent: 'echo', task: 'B2' }], concurrency: 1 } }));
     expect(a2).toMatchObject({ stepIndex: 3, pendingAppends: 2, fanout: { used: 5, remaining: 59 } });
     const a3 = (await ok(s, 'append', { runId: l.runId, step: { agent: 'echo', task: 'C {previous}' } }));

@@ -65,12 +65,15 @@ describe('dist/tools-list.json (what tools/list serves)', () => {
 describe('published tool schemas (tools/list of the built server)', () => {
   let t: ReturnType<typeof tempStateHome>;
   let s: Started;
+  let gateFile: string;
   let tools: Array<{ name: string; inputSchema: Record<string, unknown>; outputSchema?: Record<string, unknown>; annotations?: Record<string, unknown>; title?: string }>;
   beforeAll(async () => {
     t = tempStateHome();
     const fake = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
     writeAgent(path.join(t.home, 'agents'), 'echo', { backend: 'command', command: ['node', fake, 'echo'] });
     writeAgent(path.join(t.home, 'agents'), 'fails', { backend: 'command', command: ['node', fake, 'exit', '3'] });
+    gateFile = path.join(t.base, 'schema-gate');
+    writeAgent(path.join(t.home, 'agents'), 'gate', { backend: 'command', command: ['node', fake, 'gate', gateFile] });
     s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_SESSION_ID: 'schema-test-session-0001' });
     // After tools/list the SDK client validates every structuredContent against the tool's outputSchema.
     tools = (await s.client.listTools()).tools as typeof tools;
@@ -115,23 +118,43 @@ describe('published tool schemas (tools/list of the built server)', () => {
       expect(r.structuredContent, tool).toBeTruthy();
       return sc(r);
     };
-    await ok('agents', {});
+    const results: Array<[string, Record<string, any>]> = [];
+    const okAll = async (tool: string, args: Record<string, unknown>) => {
+      const v = await ok(tool, args);
+      results.push([tool, v]);
+      return v;
+    };
+    await okAll('agents', {});
     const launched = [
-      await ok('launch', { agent: 'echo', task: 'one', label: 'single' }),
-      await ok('launch', { tasks: [{ agent: 'echo', task: 'a' }, { agent: 'fails', task: 'b' }] }),
-      await ok('launch', { chain: [{ agent: 'echo', task: 'first' }, { parallel: [{ agent: 'echo', task: '{previous} again' }] }] }),
-      await ok('launch', { agent: 'fails', task: 'x' }),
+      await okAll('launch', { agent: 'echo', task: 'one', label: 'single' }),
+      await okAll('launch', { tasks: [{ agent: 'echo', task: 'a' }, { agent: 'fails', task: 'b' }] }),
+      await okAll('launch', { chain: [{ agent: 'echo', task: 'first' }, { parallel: [{ agent: 'echo', task: '{previous} again' }] }] }),
+      await okAll('launch', { agent: 'fails', task: 'x' }),
     ];
     for (const l of launched) {
       let v = await ok('status', { runId: l.runId, waitMs: 20_000, until: 'terminal' });
       while (!['completed', 'failed', 'cancelled'].includes(v.state)) v = await ok('status', { runId: l.runId, waitMs: 20_000, until: 'terminal' });
-      await ok('status', { runId: l.runId, outputBytes: 256 });
+      await okAll('status', { runId: l.runId, outputBytes: 256 });
     }
-    await ok('status', {});
-    await ok('status', { all: true, waitMs: 100 });
-    await ok('cancel', { runId: launched[0]!.runId });
-    await ok('dismiss', { runId: launched[0]!.runId });
-    await ok('restore', { lineage: ['schema-test-session-0001'] });
+    // append needs a chain still running: one held open by a gate file until the step is appended.
+    const held = await okAll('launch', { chain: [{ agent: 'gate', task: 'held' }] });
+    await okAll('append', { runId: held.runId, step: { agent: 'echo', task: 'after {previous}' } });
+    fs.writeFileSync(gateFile, '');
+    let h = await ok('status', { runId: held.runId, waitMs: 20_000, until: 'terminal' });
+    while (h.state === 'running' || h.state === 'starting') h = await ok('status', { runId: held.runId, waitMs: 20_000, until: 'terminal' });
+    expect(h.state).toBe('completed');
+    await okAll('status', {});
+    await okAll('status', { all: true, waitMs: 100 });
+    await okAll('cancel', { runId: launched[0]!.runId });
+    await okAll('dismiss', { runId: launched[0]!.runId });
+    await okAll('restore', { lineage: ['schema-test-session-0001'] });
+    // Every success carries the session id (issue 2), so a model can carry it into a resumed conversation.
+    for (const l of launched) expect(l.sessionId).toBe('schema-test-session-0001');
+    expect(new Set(results.map(([tool]) => tool))).toEqual(new Set(['agents', 'status', 'cancel', 'dismiss', 'restore', 'launch', 'append']));
+    for (const [tool, v] of results) expect(v.sessionId, tool).toBe('schema-test-session-0001');
+    for (const tool of tools) {
+      expect((tool.outputSchema as { required?: string[] }).required, tool.name).toContain('sessionId');
+    }
   });
 
   it('the files in schemas/ are exactly what tools/list publishes', () => {

@@ -21,12 +21,12 @@ describe('dismiss', () => {
 
     const d = await s.call('dismiss', { runId: run.runId, cancel: true });
     expect(d.isError).toBeFalsy();
-    expect(sc(d)).toEqual({ runId: run.runId, state: 'cancelled', dismissed: true, cancelled: true });
+    expect(sc(d)).toEqual({ sessionId: run.sessionId, runId: run.runId, state: 'cancelled', dismissed: true, cancelled: true });
     // Cancelling freed the slot (the run ended); dismissing alone would not have.
     const next = await launchOk(s, { agent: 'echo', task: 'room again' });
     await waitTerminal(s, next.runId);
     const again = sc(await s.call('dismiss', { runId: run.runId, cancel: true }));
-    expect(again).toEqual({ runId: run.runId, state: 'cancelled', dismissed: true, cancelled: false });
+    expect(again).toEqual({ sessionId: run.sessionId, runId: run.runId, state: 'cancelled', dismissed: true, cancelled: false });
   });
 
   it('hides a finished run from listings, idempotently; it stays readable by id and listed with all: true', async () => {
@@ -37,7 +37,7 @@ describe('dismiss', () => {
     await waitTerminal(s, keep.runId);
     await waitTerminal(s, gone.runId);
     const d1 = sc(await s.call('dismiss', { runId: gone.runId }));
-    expect(d1).toEqual({ runId: gone.runId, state: 'completed', dismissed: true, cancelled: false });
+    expect(d1).toEqual({ sessionId: gone.sessionId, runId: gone.runId, state: 'completed', dismissed: true, cancelled: false });
     const d2 = sc(await s.call('dismiss', { runId: gone.runId }));
     expect(d2).toEqual(d1);
 

@@ -153,7 +153,7 @@ class ClaudeParser implements OutputParser {
     const result = this.result;
     if (!result) {
       const why = this.assistantError ? `: ${this.assistantError}` : '';
-      return { text: '', isError: true, errorMessage: shortError(`claude ended without a result (exit ${exitCode})${why}`) };
+      return { text: '', isError: true, errorMessage: shortError(`claude ended without a result (exit ${exitCode})${why}`), ...(why ? {} : { reasonUnknown: true }) };
     }
     const text = capText(str(result.result) ?? '');
     const subtype = str(result.subtype);

@@ -132,6 +132,7 @@ class CodexParser implements OutputParser {
     } else if (!this.completed) {
       result.isError = true;
       result.errorMessage = shortError(this.lastError ?? `codex ended without completing its turn (exit ${exitCode})`);
+      if (this.lastError === undefined) result.reasonUnknown = true;
     }
     if (this.usage) result.usage = this.usage;
     return result;

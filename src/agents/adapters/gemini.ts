@@ -175,12 +175,14 @@ class GeminiParser implements OutputParser {
         text,
         isError: true,
         errorMessage: shortError(this.lastError ?? `gemini ended without a result (exit ${exitCode})`),
+        ...(this.lastError === undefined ? { reasonUnknown: true } : {}),
       };
     }
     const parsed: ParsedResult = { text, isError: result.status !== 'success' };
     if (parsed.isError) {
       const reason = isRecord(result.error) ? str(result.error.message) : undefined;
       parsed.errorMessage = shortError(reason ?? this.lastError ?? `gemini reported status ${String(result.status)}`);
+      if (reason === undefined && this.lastError === undefined) parsed.reasonUnknown = true;
     }
     const usage = geminiUsage(result.stats);
     if (usage) parsed.usage = usage;

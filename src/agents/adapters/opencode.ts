@@ -186,6 +186,7 @@ class OpencodeParser implements OutputParser {
     } else if (this.text.empty && this.usage === undefined) {
       result.isError = true;
       result.errorMessage = `opencode ended without an answer (exit ${exitCode})`;
+      result.reasonUnknown = true;
     }
     if (this.usage) result.usage = this.usage;
     if (this.cost !== undefined) result.costUsd = this.cost;

@@ -130,9 +130,11 @@ class PiParser implements OutputParser {
     if (!this.sawAssistant) {
       result.isError = true;
       result.errorMessage = shortError(this.retryError ?? `pi ended without an answer (exit ${exitCode})`);
+      if (this.retryError === undefined) result.reasonUnknown = true;
     } else if (this.stopReason === 'error' || this.stopReason === 'aborted') {
       result.isError = true;
       result.errorMessage = shortError(this.errorMessage ?? this.retryError ?? `pi request ${this.stopReason}`);
+      if (this.errorMessage === undefined && this.retryError === undefined) result.reasonUnknown = true;
     }
     if (this.usage) result.usage = this.usage;
     if (this.cost !== undefined) result.costUsd = this.cost;

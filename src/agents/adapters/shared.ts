@@ -118,15 +118,33 @@ const SECRET_PATTERNS: RegExp[] = [
   /\b([A-Za-z_]*(?:api[_-]?key|token|secret|password)[A-Za-z_]*)\s*[=:]\s*["']?[^\s"',;]{6,}/gi,
 ];
 
-/** A CLI's own error reason made short (one line, ≤ 300 chars) and stripped of anything shaped like a secret. */
-export function shortError(message: string): string {
-  let text = message.replace(/\u001b\[[0-9;]*[A-Za-z]/g, '').replace(/\s+/g, ' ').trim();
+/** Replaces anything shaped like a credential in `text` (layout kept: usable on multi-line tails too). */
+export function redactSecrets(text: string): string {
   for (const pattern of SECRET_PATTERNS) {
     text = text.replace(pattern, (match, name: string | undefined) =>
       name && /[=:]/.test(match) ? `${name}=[redacted]` : '[redacted]',
     );
   }
+  return text;
+}
+
+/** A CLI's own error reason made short (one line, ≤ 300 chars) and stripped of anything shaped like a secret. */
+export function shortError(message: string): string {
+  const text = redactSecrets(message.replace(/\u001b\[[0-9;]*[A-Za-z]/g, '').replace(/\s+/g, ' ').trim());
   return text.length > MAX_ERROR_CHARS ? `${text.slice(0, MAX_ERROR_CHARS - 1)}…` : text;
+}
+
+const MAX_STDERR_REASON_CHARS = 200;
+
+/**
+ * The last non-empty line of a stderr tail as a short, redacted reason (≤ 200 chars), or undefined. Several CLIs
+ * (gemini without auth, pi without a key) say why they failed only there, as their last words.
+ */
+export function stderrReason(tail: string): string | undefined {
+  const line = tail.split(/\r?\n/).map((l) => l.replace(/\u001b\[[0-9;]*[A-Za-z]/g, '').trim()).filter((l) => l !== '').at(-1);
+  if (line === undefined) return undefined;
+  const text = shortError(line);
+  return text.length > MAX_STDERR_REASON_CHARS ? `${text.slice(0, MAX_STDERR_REASON_CHARS - 1)}…` : text;
 }
 
 /** The model to name on argv: undefined for 'inherit' or nothing (the CLI picks its default). */

@@ -19,7 +19,7 @@ export const agentsTool: ToolDefinition = {
       const listing = await listAgents(env.ctx);
       // Version probes run once per process; a slow CLI costs the first call at most this long, never more.
       const backends = await listBackends(env.ctx, { waitMs: BACKEND_WAIT_MS });
-      return success({ ...listing, backends });
+      return success({ sessionId: env.ctx.sessionId, ...listing, backends });
     } catch (e) {
       return refusal(e, env.ctx.log);
     }

@@ -17,7 +17,7 @@ export const appendTool: ToolDefinition = {
       if (a.runId === undefined) throw invalid('runId is required.');
       if (a.step === undefined) throw invalid('step is required: { agent, task } or { parallel: [...] }.');
       const r = await appendStep(env.ctx, a.runId, chainEntry(a.step, 'step'));
-      return success({ ...r });
+      return success({ sessionId: env.ctx.sessionId, ...r });
     } catch (e) {
       return refusal(e, env.ctx.log);
     }

@@ -15,7 +15,7 @@ export const cancelTool: ToolDefinition = {
       const a = parseInput(CancelInput, args);
       if (a.runId === undefined) throw invalid('runId is required.');
       const r = await cancelRun(env.ctx, a.runId, (ms) => progress(extra, Math.round(ms), 'stopping the run\'s processes'));
-      return success({ ...r });
+      return success({ sessionId: env.ctx.sessionId, ...r });
     } catch (e) {
       return refusal(e, env.ctx.log);
     }

@@ -16,7 +16,7 @@ export const dismissTool: ToolDefinition = {
       if (a.runId === undefined) throw invalid('runId is required.');
       const r = await dismissRun(env.ctx, a.runId, a.cancel ?? false);
       env.onListChanged();
-      return success({ ...r });
+      return success({ sessionId: env.ctx.sessionId, ...r });
     } catch (e) {
       return refusal(e, env.ctx.log);
     }

@@ -96,7 +96,7 @@ describe('gemini adapter: parser on recorded output', () => {
   });
 
   it('reports a run that printed nothing (no auth method: the reason is on stderr)', () => {
-    expect(parse(geminiAdapter, [''], 41)).toMatchObject({ isError: true, errorMessage: 'gemini ended without a result (exit 41)' });
+    expect(parse(geminiAdapter, [''], 41)).toMatchObject({ isError: true, errorMessage: 'gemini ended without a result (exit 41)', reasonUnknown: true });
   });
 
   it('keeps the text after the last tool call, like Gemini’s own JSON output', () => {
