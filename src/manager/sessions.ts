@@ -24,36 +24,59 @@ export class SessionView {
     this.own = newSessionRecord(sessionId);
   }
 
-  register(client: SessionRecord['client']): void {
-    this.own = registerSession(this.registry, this.runsDir, this.own, client);
+  async register(client: SessionRecord['client']): Promise<void> {
+    this.own = await registerSession(this.registry, this.runsDir, this.own, client);
   }
 
   /** Takes over the record the server wrote at start (serve.ts), writing one only if there is none. */
-  adoptRecord(client: SessionRecord['client']): void {
+  async adoptRecord(client: SessionRecord['client']): Promise<void> {
     let existing: SessionRecord | null = null;
     try { existing = this.registry.read(this.sessionId); } catch { existing = null; }
     if (existing && (client === null || existing.client !== null)) this.own = existing;
-    else this.register(client);
+    else await this.register(client);
   }
 
-  /** The recorded direct ancestors of this session (memory, file and rebuilt markers together). */
+  /** The recorded direct ancestors of this session (memory, file and link files together). */
   ownAncestors(): string[] {
     const onDisk = this.registry.read(this.sessionId)?.ancestors ?? [];
-    return [...new Set([...this.own.ancestors, ...onDisk])];
+    return [...new Set([...this.own.ancestors, ...onDisk, ...this.registry.links(this.sessionId)])];
   }
 
-  /** Records `ids` as direct ancestors of this session, durably. */
-  addAncestors(ids: string[]): void {
-    this.own = { ...this.own, ancestors: [...new Set([...this.ownAncestors(), ...ids])] };
-    this.registry.write(this.own);
+  /**
+   * Records `ids` as direct ancestors of this session, durably: a link file each (what survives the loss of the
+   * session file), then the merged record. Under the session's lock: another server of the same session id may be
+   * merging its own restore into the same file.
+   */
+  async addAncestors(ids: string[]): Promise<void> {
+    await this.registry.withRecord(this.sessionId, () => {
+      const made = this.registry.link(this.sessionId, ids);
+      const rec = { ...this.own, ancestors: [...new Set([...this.ownAncestors(), ...ids])] };
+      try {
+        this.registry.write(rec);
+      } catch (e) {
+        this.registry.unlink(made); // the refusal says nothing was done: no link outlives it
+        throw e;
+      }
+      this.own = rec;
+    });
     this.invalidate();
   }
 
-  /** Writes this session's record back if it was deleted or damaged behind our back. */
+  private healing = false;
+
+  /** Writes this session's record back if it was deleted or damaged behind our back (in the background, under the lock). */
   heal(): void {
+    if (this.healing) return;
     try {
-      if (this.registry.read(this.sessionId) === null) this.registry.write(this.own, { durable: false });
-    } catch { /* best effort: the next call tries again */ }
+      if (this.registry.read(this.sessionId) !== null) return;
+    } catch { /* unreadable: heal it */ }
+    this.healing = true;
+    void this.registry.withRecord(this.sessionId, () => {
+      // Another server of this session id may have written it meanwhile: only a still-missing record is replaced.
+      if (this.registry.read(this.sessionId) !== null) return;
+      this.own = { ...this.own, ancestors: this.ownAncestors() };
+      this.registry.write(this.own, { durable: false });
+    }).catch(() => { /* best effort: the next call tries again */ }).finally(() => { this.healing = false; });
   }
 
   visible(): ReadonlySet<string> {
@@ -109,7 +132,7 @@ export async function restore(ctx: ManagerContext, view: SessionView, lineage: s
   }
   view.invalidate();
   const before = view.visible();
-  view.addAncestors(known);
+  await view.addAncestors(known);
   const after = view.visible();
   const newlyVisible = new Set([...after].filter((s) => !before.has(s)));
   let adopted = 0;

@@ -62,7 +62,7 @@ export interface Core {
 export function startCore(o: CoreOptions): Core {
   const { ctx, sessions } = buildContext(o.settings, o.env, o.clientRoots, o.log);
   const client = o.server.getClientVersion();
-  try { sessions.adoptRecord(client ? { name: client.name.slice(0, 100), version: client.version.slice(0, 50) } : null); } catch { /* best effort */ }
+  void sessions.adoptRecord(client ? { name: client.name.slice(0, 100), version: client.version.slice(0, 50) } : null).catch(() => { /* best effort */ });
   const watcher = new RunWatcher(ctx, o.server);
   const env: ToolEnv = { ctx, shutdown: o.shutdown, sessions: ctx.nesting ? null : sessions, onListChanged: () => watcher.listChanged() };
   watcher.start();

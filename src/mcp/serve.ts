@@ -34,13 +34,13 @@ export async function serve(flags: Record<string, string | string[] | undefined>
   settings = { ...settings, sessionId: settings.sessionId ?? newSessionId() };
   const registry = new SessionRegistry(settings.home);
   let own = newSessionRecord(settings.sessionId!);
-  const register = (client: { name: string; version: string } | null) => {
-    try { own = registerSession(registry, new Layout(settings.home).runsDir, own, client); } catch { /* the registry is best effort */ }
+  const register = async (client: { name: string; version: string } | null) => {
+    try { own = await registerSession(registry, new Layout(settings.home).runsDir, own, client); } catch { /* the registry is best effort */ }
   };
   const shutdownController = new AbortController();
   const handle = createServer({
     version, settings, env: process.env, clientRoots: () => clientRoots, shutdown: shutdownController.signal, log,
-    onClient: (name, v) => register({ name: name.slice(0, 100), version: v.slice(0, 50) }),
+    onClient: (name, v) => { void register({ name: name.slice(0, 100), version: v.slice(0, 50) }); },
   });
   const { server } = handle;
 
@@ -76,6 +76,7 @@ export async function serve(flags: Record<string, string | string[] | undefined>
   const parent = process.ppid;
   setInterval(() => { if (process.ppid !== parent) shutdown('parent process changed'); }, PARENT_CHECK_MS).unref();
 
-  register(null);
+  // Known (restorable) from the moment it answers, even before it has runs.
+  await register(null);
   await server.connect(new StdioServerTransport());
 }

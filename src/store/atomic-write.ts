@@ -106,6 +106,7 @@ export function describeStateFile(file: string): string {
   if (runs >= 0 && runs + 2 < parts.length) return `${parts.slice(runs + 2).join('/')} of run ${parts[runs + 1]}`;
   if (base === 'ledger.json') return 'the capacity ledger (ledger.json)';
   if (parts.at(-2) === 'sessions') return `the session registry (sessions/${base})`;
+  if (parts.at(-3) === 'lineage') return `the session registry (lineage/${parts.at(-2)}/${base})`;
   return base;
 }
 

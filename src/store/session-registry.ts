@@ -1,9 +1,13 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { writeFileAtomic, ensurePrivateDir } from './atomic-write.js';
+import { createFileExclusive, writeFileAtomic, ensurePrivateDir, fsyncDir } from './atomic-write.js';
 import { readJsonFile } from './json-file.js';
+import { withLock } from './lock.js';
 
-/** One session's record. Each file has a single writer (its own server), so no lock is needed. */
+/**
+ * One session's record. Servers sharing a session id (SUBAGENTS_SESSION_ID) write the same file: every
+ * read-merge-write of it goes through `withRecord` (a cross-process lock per session).
+ */
 export interface SessionRecord {
   v: 1;
   sessionId: string;
@@ -17,14 +21,74 @@ const SAFE_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
 /** How long a rebuilt (record-less) session's ancestors are reused before the markers are read again. */
 const REBUILD_CACHE_MS = 5000;
 
+/** A file-name form of a session id that is never `.`/`..` nor hidden: ids may contain dots. */
+const nameOf = (id: string): string => encodeURIComponent(id).replace(/\./g, '%2E');
+
 /**
- * The session registry: `sessions/<id>.json` per session. If one is lost or damaged, its ancestors are rebuilt from
+ * The session registry: `sessions/<id>.json` per session, and each ancestor link also as its own durable file,
+ * `lineage/<id>/<ancestor>.json`, written once and never rewritten, so no link depends on one session file surviving.
+ * A session whose file is lost or damaged keeps its links; restores made before the links existed are rebuilt from
  * the adoption markers restore leaves in the adopted sessions' run directories (`adopted-by/<id>`).
  */
 export class SessionRegistry {
   readonly dir: string;
+  readonly linksDir: string;
   constructor(private readonly home: string) {
     this.dir = path.join(home, 'sessions');
+    this.linksDir = path.join(home, 'lineage');
+  }
+
+  /**
+   * Runs `fn` (a read-merge-write of `id`'s record) under that session's cross-process lock: servers sharing a
+   * session id would otherwise drop each other's ancestors.
+   */
+  async withRecord<T>(id: string, fn: () => T | Promise<T>): Promise<T> {
+    const locks = path.join(this.home, 'locks');
+    ensurePrivateDir(locks);
+    return withLock(path.join(locks, `session-${nameOf(id)}`), fn, { what: 'session registry' });
+  }
+
+  /** The ancestors linked to `id` by link files (one readdir). */
+  links(id: string): string[] {
+    if (!SAFE_ID.test(id)) return [];
+    try {
+      return fs.readdirSync(path.join(this.linksDir, nameOf(id)))
+        .filter((n) => n.endsWith('.json') && !n.startsWith('.'))
+        .map((n) => decodeURIComponent(n.slice(0, -5)))
+        .filter((a) => SAFE_ID.test(a) && a !== id);
+    } catch {
+      return [];
+    }
+  }
+
+  /**
+   * Records each of `ancestors` as a link of `id`, durably (file and every new directory on the way fsynced).
+   * Returns the link files it created, for `unlink` if what they go with fails.
+   */
+  link(id: string, ancestors: string[]): string[] {
+    const have = new Set(this.links(id));
+    const todo = [...new Set(ancestors)].filter((a) => a !== id && SAFE_ID.test(a) && !have.has(a));
+    if (!SAFE_ID.test(id) || todo.length === 0) return [];
+    const dir = path.join(this.linksDir, nameOf(id));
+    ensureDurableDir(this.linksDir);
+    ensureDurableDir(dir);
+    const made: string[] = [];
+    try {
+      for (const a of todo) {
+        const f = path.join(dir, `${nameOf(a)}.json`);
+        if (createFileExclusive(f, JSON.stringify({ v: 1, session: id, ancestor: a, at: new Date().toISOString() }))) made.push(f);
+      }
+    } catch (e) {
+      this.unlink(made);
+      throw e;
+    }
+    return made;
+  }
+
+  /** Takes back link files `link` created (a refused restore leaves nothing behind). */
+  unlink(files: string[]): void {
+    for (const f of files) try { fs.unlinkSync(f); } catch { /* already gone */ }
+    if (files.length > 0) try { fsyncDir(path.dirname(files[0]!)); } catch { /* best effort */ }
   }
 
   private file(id: string): string | null {
@@ -67,22 +131,33 @@ export class SessionRegistry {
   /** Rebuilt ancestors of sessions whose record is gone, briefly cached: a rebuild reads every run directory. */
   private readonly rebuilt = new Map<string, { at: number; ids: string[] }>();
 
-  /** The ancestors of `id`: from its record, else rebuilt from adoption markers under the runs. */
+  /**
+   * The ancestors of `id`: its record's and its link files'; with no record, its links and those rebuilt from adoption
+   * markers under the runs (restores older than the link files; a scan of every run, so briefly cached).
+   */
   ancestorsOf(id: string, runsDir: string): string[] {
+    const links = this.links(id);
     const rec = this.read(id);
-    if (rec) return Array.isArray(rec.ancestors) ? rec.ancestors.filter((a) => typeof a === 'string') : [];
+    if (rec) return [...new Set([...rec.ancestors.filter((a) => typeof a === 'string'), ...links])];
     const hit = this.rebuilt.get(id);
-    if (hit && performance.now() - hit.at < REBUILD_CACHE_MS) return hit.ids;
+    if (hit && performance.now() - hit.at < REBUILD_CACHE_MS) return [...new Set([...links, ...hit.ids])];
     const ids = rebuildAncestors(id, runsDir);
     this.rebuilt.set(id, { at: performance.now(), ids });
-    return ids;
+    return [...new Set([...links, ...ids])];
   }
 
-  /** True when the session left a trace: its record, or adoption markers it wrote (its record may have been lost). */
+  /** True when the session left a trace: its record, its link files or adoption markers it wrote (its record may have been lost). */
   knows(id: string, runsDir: string): boolean {
-    if (this.exists(id)) return true;
+    if (this.exists(id) || this.links(id).length > 0) return true;
     return markerOwners(id, runsDir, true).size > 0;
   }
+}
+
+/** mkdir that, when it creates `dir`, fsyncs its parent: the new entry is as durable as the files put in it. */
+function ensureDurableDir(dir: string): void {
+  if (fs.existsSync(dir)) { ensurePrivateDir(dir); return; }
+  ensurePrivateDir(dir);
+  fsyncDir(path.dirname(dir));
 }
 
 function rebuildAncestors(id: string, runsDir: string): string[] {

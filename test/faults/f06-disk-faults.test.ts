@@ -208,10 +208,12 @@ describe.skipIf(process.platform === 'win32')('F6 disk faults', () => {
 
   it.each(CODES)('restore: the session registry write refused with %s → clear error, registry file unchanged', async (code) => {
     const other = m.buildContext(m.loadSettings({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root }, {}, t.root), {}, () => null);
-    other.sessions.register(null);
+    await other.sessions.register(null);
     const mine = path.join(t.home, 'sessions', `${encodeURIComponent(ctx.sessionId)}.json`);
-    sessions.register(null);
+    await sessions.register(null);
     const before = snapshot(mine);
+    const linksOf = (id: string) => { try { return fs.readdirSync(path.join(t.home, 'lineage', id)).sort(); } catch { return []; } };
+    const linksBefore = linksOf(ctx.sessionId);
     inject('rename', code, (f) => f.includes(`${path.sep}sessions${path.sep}`));
     const err: any = await m.restore(ctx, sessions, [other.ctx.sessionId]).catch((e: unknown) => e);
     lift();
@@ -219,6 +221,8 @@ describe.skipIf(process.platform === 'win32')('F6 disk faults', () => {
     expect(err.message).toMatch(new RegExp(`could not write the session registry .*\\(${code}\\)`));
     expect(snapshot(mine)).toEqual(before);
     expect(tempFiles(t.home)).toEqual([]);
+    // Nor does a link file of the refused restore outlive it.
+    expect(linksOf(ctx.sessionId)).toEqual(linksBefore);
     const ok = await m.restore(ctx, sessions, [other.ctx.sessionId]);
     expect(ok.lineage).toContain(other.ctx.sessionId);
   });

@@ -1,8 +1,14 @@
+import { execFile } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { promisify } from 'node:util';
 import { afterEach, describe, expect, it } from 'vitest';
+import { REPO } from '../helpers/paths.js';
 import { sc, startServer, textOf, waitTerminal } from '../helpers/server.js';
 import { fakeRunId, launchOk, release, sessionIdOf, waitForFile, world, type World } from './session-helpers.js';
+
+const run = promisify(execFile);
 
 describe('sessions: restore by lineage across server generations', () => {
   let w: World;
@@ -124,6 +130,81 @@ describe('sessions: restore by lineage across server generations', () => {
     expect((await waitTerminal(e, run.runId)).output.text).toBe('survives the registry');
     expect(fs.existsSync(path.join(sessionsDir, `${sessA}.json`))).toBe(true);
   }, 150_000); // six servers: a bound on hangs that holds on a loaded two-core machine, not a speed check
+
+  it('a link to a session with no runs yet survives the loss of the adopting session\'s file', async () => {
+    w = world();
+    const a = await w.start();
+    const sessA = await sessionIdOf(a);
+    const b = await w.start();
+    const sessB = await sessionIdOf(b);
+    // A has no runs yet: B's link to it is not in any run's adoption marker.
+    expect(sc(await b.call('restore', { lineage: [sessA] }))).toMatchObject({ adopted: 0, unknown: [], runs: [] });
+    await b.close();
+    fs.rmSync(path.join(w.t.home, 'sessions', `${sessB}.json`));
+    const run = await launchOk(a, { agent: 'gate', task: 'after the link lost its session file' });
+    const c = await w.start();
+    const rc = sc(await c.call('restore', { lineage: [sessB] }));
+    expect(rc.unknown).toEqual([]);
+    expect(rc.adopted).toBe(1);
+    expect(rc.lineage).toEqual([await sessionIdOf(c), sessB, sessA]);
+    expect(rc.runs.map((x: any) => x.runId)).toEqual([run.runId]);
+    expect(sc(await c.call('status', { runId: run.runId }))).toMatchObject({ sessionId: sessA, adopted: true });
+  }, 120_000);
+
+  it('servers sharing one session id restore concurrently: no ancestor is lost from the shared record', async () => {
+    w = world();
+    // Four sessions with a run each, and four servers of one shared session id, each restoring one of them at once.
+    const ancestors = await Promise.all(Array.from({ length: 4 }, () => w.start()));
+    const runs = await Promise.all(ancestors.map((s, i) => launchOk(s, { agent: 'echo', task: `ancestor ${i}` })));
+    const shared = `s-shared-${'q'.repeat(20)}`;
+    const twins = await Promise.all(Array.from({ length: 4 }, () => w.start({ SUBAGENTS_SESSION_ID: shared })));
+    const results = await Promise.all(twins.map((t, i) => t.call('restore', { lineage: [runs[i]!.sessionId] })));
+    for (const r of results) expect(r.isError, textOf(r)).toBeFalsy();
+    const rec = JSON.parse(fs.readFileSync(path.join(w.t.home, 'sessions', `${shared}.json`), 'utf8'));
+    expect([...rec.ancestors].sort()).toEqual(runs.map((r) => r.sessionId).sort());
+    // A later server restoring the shared id alone sees every ancestor's run.
+    const d = await w.start();
+    const rd = sc(await d.call('restore', { lineage: [shared] }));
+    expect(rd.unknown).toEqual([]);
+    expect(rd.runs.map((x: any) => x.runId).sort()).toEqual(runs.map((r) => r.runId).sort());
+  }, 150_000); // nine servers on a loaded two-core machine: a bound on hangs, not a speed check
+
+  it('restore merges into the record under its lock: held by another process, it refuses BUSY having changed nothing', async () => {
+    w = world();
+    const a = await w.start();
+    const sessA = await sessionIdOf(a);
+    const shared = `s-locked-${'k'.repeat(20)}`;
+    const s = await w.start({ SUBAGENTS_SESSION_ID: shared });
+    expect(await sessionIdOf(s)).toBe(shared);
+    // Another process of the same session id, in the middle of its own read-merge-write of the record.
+    const other = `s-other-${'o'.repeat(20)}`;
+    const gate = path.join(w.t.base, 'holder');
+    fs.mkdirSync(gate);
+    const registryJs = pathToFileURL(path.join(REPO, 'dist', 'store', 'session-registry.js')).href;
+    const script = `
+      const fs = await import('node:fs');
+      const { SessionRegistry } = await import(${JSON.stringify(registryJs)});
+      const [home, id, anc, gate] = process.argv.slice(1);
+      const reg = new SessionRegistry(home);
+      await reg.withRecord(id, async () => {
+        const rec = reg.read(id);
+        fs.writeFileSync(gate + '/held', '');
+        while (!fs.existsSync(gate + '/release')) await new Promise((r) => setTimeout(r, 20));
+        reg.write({ ...rec, ancestors: [...rec.ancestors, anc] });
+      });`;
+    const holder = run(process.execPath, ['--input-type=module', '-e', script, w.t.home, shared, other, gate]);
+    await waitForFile(gate, (n) => n === 'held');
+    const busy = await s.call('restore', { lineage: [sessA] });
+    expect(busy.isError).toBe(true);
+    expect(textOf(busy)).toMatch(/^BUSY: the session registry lock stayed held .*retry in a moment\.$/);
+    release(gate);
+    await holder;
+    const rec = () => JSON.parse(fs.readFileSync(path.join(w.t.home, 'sessions', `${shared}.json`), 'utf8'));
+    expect(rec().ancestors).toEqual([other]);
+    expect(fs.existsSync(path.join(w.t.home, 'lineage', shared))).toBe(false);
+    expect(sc(await s.call('restore', { lineage: [sessA] })).unknown).toEqual([]);
+    expect([...rec().ancestors].sort()).toEqual([other, sessA].sort());
+  }, 120_000);
 
   it('a nested server (started by an agent of a run) refuses restore', async () => {
     w = world();
