@@ -64,6 +64,8 @@ export interface RunDetail {
   output: FileInfo;
   files: { dir: string; record: FileInfo; status: FileInfo; events: FileInfo; runnerLog: FileInfo };
   events: RunEvent[];
+  /** Lines of the event log that did not parse (skipped: SPEC §8.6), shown so the damage is not silent. */
+  eventsSkipped: number;
 }
 
 function fileInfo(p: string): FileInfo {
@@ -118,7 +120,7 @@ export async function runDetail(ctx: ManagerContext, runId: string): Promise<Run
     runner: withAlive(status.runner), survivors: status.survivors, children: children.map((c) => c.runId), steps,
     output: fileInfo(paths.runOutput),
     files: { dir: paths.dir, record: fileInfo(paths.record), status: fileInfo(paths.status), events: fileInfo(paths.events), runnerLog: fileInfo(paths.runnerLog) },
-    events: readEvents(paths.events).events,
+    ...(({ events, skipped }) => ({ events, eventsSkipped: skipped }))(readEvents(paths.events)),
   };
   if (status.runnerLogTail) d.runnerLogTail = status.runnerLogTail;
   return d;
@@ -172,7 +174,7 @@ export function renderDetail(d: RunDetail, out: (s: string) => void): void {
   out(`  dir:        ${d.files.dir}`);
   out(`  record:     ${d.files.record.path}`);
   out(`  status:     ${d.files.status.path}`);
-  out(`  events:     ${d.files.events.path} (${d.events.length} events)`);
+  out(`  events:     ${d.files.events.path} (${d.events.length} events${d.eventsSkipped ? `; ${d.eventsSkipped} unparsable line(s) skipped: the file is damaged` : ''})`);
   out(`  runner log: ${d.files.runnerLog.path} (${formatBytes(d.files.runnerLog.bytes ?? 0)})`);
   out(`  output:     ${d.output.path}${d.output.bytes === null ? ' (written when the run ends)' : ` (${formatBytes(d.output.bytes)})`}`);
   if (d.runnerLogTail) {

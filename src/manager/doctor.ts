@@ -5,9 +5,11 @@ import { globToRegExp, isNeverPass } from '../agents/agent-env.js';
 import { BACKENDS, type Backend } from '../agents/types.js';
 import { flagName, type Settings } from '../config.js';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
+import { readEvents } from '../store/event-log.js';
 import { readJsonFile } from '../store/json-file.js';
 import { readLedger } from '../store/ledger.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
+import { SessionRegistry } from '../store/session-registry.js';
 import { checkStateHome } from '../store/state-home.js';
 import { listAgents, listBackends } from './agent-list.js';
 import { loadFullCatalog } from './agent-resolver.js';
@@ -98,6 +100,10 @@ function runsNeedingAttention(ctx: ManagerContext): DoctorReport['attention'] {
       const alive = s.survivors.filter((p) => isAlive(p));
       if (alive.length) out.push({ runId: m.runId, state: s.state, problem: `${alive.length} process(es) survived SIGKILL and are still alive: pid ${alive.map((p) => p.pid).join(', ')}` });
     }
+    // Garbled lines are skipped wherever the log is read (SPEC §8.6); the damage is reported here, not hidden.
+    const events = ctx.store.paths(m.runId).events;
+    const { skipped } = readEvents(events);
+    if (skipped > 0) out.push({ runId: m.runId, state: s.state, problem: `its event log ${events} has ${skipped} unparsable line(s), skipped when read; the run itself is unaffected` });
     if (isTerminalRun(s.state)) continue;
     if (s.state === 'running' && !isAlive(s.runner)) {
       out.push({ runId: m.runId, state: s.state, problem: `its runner (pid ${s.runner?.pid ?? '?'}) is gone; \`subagents-mcp runs\` or any server records it failed/RUNNER_LOST and stops its leftovers` });
@@ -155,6 +161,9 @@ export async function runDoctor(ctx: ManagerContext, version: string): Promise<D
   const ledger = safe ? readLedger(ctx.layout) : { roots: {}, agents: {} };
   const attention = safe ? runsNeedingAttention(ctx) : [];
   if (attention.length) warnings.push(`${attention.length} run(s) need attention (see runs needing attention)`);
+  for (const f of safe ? new SessionRegistry(s.home).damaged() : []) {
+    warnings.push(`session registry file ${f} does not parse; the adoptions it recorded are rebuilt from the runs' adoption markers, so listings and restore still work. Its server rewrites it while it runs; otherwise remove it`);
+  }
   if (process.platform === 'win32') warnings.push('launch is not supported on Windows (PLATFORM_UNSUPPORTED); agents and doctor work');
 
   return {

@@ -2,7 +2,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { SubagentError } from '../errors.js';
 import { isRunId } from '../ids.js';
-import { ensurePrivateDir, writeFileAtomic } from '../store/atomic-write.js';
+import { ensurePrivateDir, writeFailure, writeFileAtomic } from '../store/atomic-write.js';
+import { fsPort } from '../store/fs-port.js';
 import type { Layout } from '../store/layout.js';
 import { isTerminalRun, type RunRecord, type RunMode } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';
@@ -105,16 +106,23 @@ function indexFile(layout: Layout, sessionId: string): string {
   return path.join(layout.home, 'index', `${encodeURIComponent(sessionId)}.runs`);
 }
 
-/** Records `runId` under each session (durably: an acknowledged run must stay listable). */
+/**
+ * Records `runId` under each session (durably: an acknowledged run must stay listable). Through the fs port, so the
+ * fault suite can refuse it: a launch whose index line could not be written is refused before anything starts.
+ */
 export async function indexRun(layout: Layout, sessionIds: Array<string | null | undefined>, runId: string): Promise<void> {
-  ensurePrivateDir(path.join(layout.home, 'index'));
   await Promise.all([...new Set(sessionIds)].filter((sid): sid is string => !!sid).map(async (sid) => {
-    const fd = fs.openSync(indexFile(layout, sid), fs.constants.O_APPEND | fs.constants.O_CREAT | fs.constants.O_WRONLY | fs.constants.O_NOFOLLOW, 0o600);
+    const file = indexFile(layout, sid);
+    let fd: number | undefined;
     try {
-      fs.writeSync(fd, `${runId}\n`);
-      await new Promise<void>((resolve, reject) => fs.fdatasync(fd, (e) => (e ? reject(e) : resolve())));
+      ensurePrivateDir(path.dirname(file));
+      fd = fsPort.openSync(file, fs.constants.O_APPEND | fs.constants.O_CREAT | fs.constants.O_WRONLY | fs.constants.O_NOFOLLOW, 0o600);
+      fsPort.writeSync(fd, Buffer.from(`${runId}\n`));
+      await fsPort.fdatasync(fd);
+    } catch (e) {
+      throw writeFailure(file, e);
     } finally {
-      fs.closeSync(fd);
+      if (fd !== undefined) try { fsPort.closeSync(fd); } catch { /* already failing */ }
     }
   }));
 }

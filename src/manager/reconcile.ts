@@ -81,7 +81,7 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
       ? ended(cur, 'cancelled', asked.reason === 'PARENT_ENDED'
         ? { code: 'PARENT_ENDED', message: 'the agent that launched this run ended; its runner was gone, so its processes were stopped by reconciliation' }
         : { code: 'CANCELLED', message: 'the run was cancelled; its runner was gone, so its processes were stopped by reconciliation' })
-      : ended(cur, 'failed', { code: 'RUNNER_LOST', message: `the runner (pid ${runner.pid}) ended without finishing the run; its agents were stopped` });
+      : ended(cur, 'failed', { code: 'RUNNER_LOST', message: `the runner (pid ${runner.pid}) ended without finishing the run${lastWords(tail)}; its agents were stopped` });
     next.runnerLogTail = tail;
     next.survivors = term.survivors.map((p) => ({ pid: p.pid, startTime: p.startTime }));
     return next;
@@ -94,6 +94,15 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
     try { writeFileAtomic(ctx.store.paths(c.runId).cancelRequest, JSON.stringify({ at: new Date().toISOString(), reason: 'PARENT_ENDED' })); } catch { /* gone */ }
   }
   if (term.survivors.length === 0 && ours) await releaseLedger(ctx, runId, record.depth === 0, record.rootRunId, after);
+}
+
+/**
+ * The runner's own last line (`runner: could not write status.json (ENOSPC) …`), quoted in RUNNER_LOST so the cause
+ * is in the error itself. Only lines the runner wrote with its prefix: runner.log never holds agent output.
+ */
+function lastWords(tail: string): string {
+  const line = tail.split('\n').reverse().find((l) => l.startsWith('runner: '));
+  return line ? ` (it said: "${line.slice('runner: '.length, 300).replace(/[^\x20-\x7e]/g, '?')}")` : '';
 }
 
 function ended(cur: RunStatus, state: 'failed' | 'cancelled', error: StepError): RunStatus {

@@ -7,7 +7,7 @@ import { stderrReason } from '../agents/adapters/shared.js';
 import { agentSourceEnv, buildAgentEnv } from '../agents/agent-env.js';
 import type { ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, terminateProcesses } from '../process/terminate.js';
-import { writeFileAtomic } from '../store/atomic-write.js';
+import { diskFaultOf, writeFileAtomic } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
 import { Layout, type RunPaths } from '../store/layout.js';
 import { withLedger } from '../store/ledger.js';
@@ -22,18 +22,28 @@ import { MAIN_JS } from '../paths.js';
 import { readTail, runAgentProcess } from './agent-process.js';
 import { claimAgentSlot, releaseAgentSlot, releaseRunSlotsLocked, setAgentSlotProcess } from './agent-slots.js';
 import { newStepStatus } from './step-status.js';
+import { installStatusWriteFault } from './test-write-fault.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
+/** Attempts at a state write the disk refuses (ENOSPC, EIO …) before the runner gives it up. */
+const DISK_ATTEMPTS = 3;
+
 /**
  * The runner has no caller waiting on it, and giving up a status write or the chain's commit would lose the run:
- * a lock that stays busy past its 5 s bound (a loaded machine) is waited for again, up to about a minute.
+ * a lock that stays busy past its 5 s bound (a loaded machine) is waited for again, up to about a minute, and a
+ * write the disk refused is tried again a few times (a transient fault: space freed, a flaky device).
  */
 async function persistently<T>(fn: () => Promise<T>): Promise<T> {
+  let diskFaults = 0;
   for (let attempt = 1; ; attempt++) {
     try {
       return await fn();
     } catch (e) {
+      if (diskFaultOf(e) && ++diskFaults < DISK_ATTEMPTS) {
+        await sleep(100 * diskFaults);
+        continue;
+      }
       if (!(e instanceof SubagentError && e.code === 'BUSY') || attempt >= 12) throw e;
     }
   }
@@ -65,14 +75,15 @@ const NO_TEXT: StepText = { file: null, cap: 0 };
 export async function supervise(record: RunRecord, paths: RunPaths, me: ProcessIdentity): Promise<number> {
   const layout = new Layout(path.dirname(path.dirname(paths.dir)));
   const store = new RunStore(layout);
-  const started = await store.update(record.runId, (s) => (s.state === 'starting'
+  const started = await persistently(() => store.update(record.runId, (s) => (s.state === 'starting'
     ? { ...s, state: 'running', startedAt: new Date().toISOString(), runner: me }
-    : null), { durable: true });
+    : null), { durable: true }));
   if (started.state !== 'running' || started.runner?.pid !== me.pid) {
     process.stderr.write('runner: the launch was abandoned before the start; no agent started\n');
     return 0;
   }
   store.event(record.runId, { type: 'started', pid: me.pid });
+  installStatusWriteFault(process.env.SUBAGENTS_TEST_FAULT, paths.dir);
   return new Executor(record, paths, store, layout, me, started).run();
 }
 
@@ -100,57 +111,65 @@ class Executor {
     let failure: StepError | null = null;
     let previous = NO_TEXT;
     let lastText = NO_TEXT;
+    let exitCode = 0;
     try {
-      for (let i = 0; ; ) {
-        if (this.stopReason) break;
-        if (i >= this.specs.length) {
-          // Leftovers first (so a run is never terminal with a process alive), then decide under the lock: either an
-          // append arrived (it runs) or the chain's end is committed (later appends are refused).
+      try {
+        for (let i = 0; ; ) {
+          if (this.stopReason) break;
+          if (i >= this.specs.length) {
+            // Leftovers first (so a run is never terminal with a process alive), then decide under the lock: either an
+            // append arrived (it runs) or the chain's end is committed (later appends are refused).
+            await this.sweepLeftovers();
+            const ended = await persistently(() => this.store.withRunLock(this.runId, async () => {
+              this.takeAppendsLocked();
+              if (i < this.specs.length) return false;
+              // Slots first (lock order: run, then ledger): a client that sees the run ended can launch into its slot.
+              await this.releaseLedger();
+              this.commitLocked('completed', null, lastText);
+              return true;
+            }));
+            if (ended) break;
+            continue;
+          }
+          let outcome: StepOutcome;
+          try {
+            outcome = await this.runStep(i, previous);
+          } catch (e) {
+            // Not an agent's failure but ours (a state file could not be written): stop what runs and end the run.
+            const code = diskFaultOf(e) ?? (e as NodeJS.ErrnoException).code ?? 'internal error';
+            process.stderr.write(`runner: step ${i} could not be run: ${code}\n`);
+            this.abort.abort();
+            failure = { code: 'STEP_FAILED', message: `the runner could not run step ${i} (${code})` };
+            break;
+          }
+          if (outcome.ran) lastText = outcome.text;
+          if (!outcome.ok) {
+            failure = outcome.error;
+            break;
+          }
+          previous = outcome.text;
+          i++;
+        }
+        if (!isTerminalRun(this.status.state)) {
           await this.sweepLeftovers();
-          const ended = await persistently(() => this.store.withRunLock(this.runId, async () => {
+          const reason = this.stopReason;
+          const state: RunState = reason === 'CANCELLED' || reason === 'PARENT_ENDED' ? 'cancelled' : 'failed';
+          const error: StepError = reason === 'TIMEOUT'
+            ? { code: 'TIMEOUT', message: `the run exceeded its time limit of ${this.record.timeoutMs} ms` }
+            : reason === 'CANCELLED' ? { code: 'CANCELLED', message: 'the run was cancelled' }
+            : reason === 'PARENT_ENDED' ? { code: 'PARENT_ENDED', message: 'the agent that launched this run ended' }
+            : failure ?? { code: 'STEP_FAILED', message: 'a step failed' };
+          await persistently(() => this.store.withRunLock(this.runId, async () => {
             this.takeAppendsLocked();
-            if (i < this.specs.length) return false;
-            // Slots first (lock order: run, then ledger): a client that sees the run ended can launch into its slot.
             await this.releaseLedger();
-            this.commitLocked('completed', null, lastText);
-            return true;
+            this.commitLocked(state, error, lastText);
           }));
-          if (ended) break;
-          continue;
         }
-        let outcome: StepOutcome;
-        try {
-          outcome = await this.runStep(i, previous);
-        } catch (e) {
-          // Not an agent's failure but ours (a state file could not be written): stop what runs and end the run.
-          const code = (e as NodeJS.ErrnoException).code ?? (e instanceof SubagentError ? e.code : 'internal error');
-          process.stderr.write(`runner: step ${i} could not be run: ${code}\n`);
-          this.abort.abort();
-          failure = { code: 'STEP_FAILED', message: `the runner could not run step ${i} (${code})` };
-          break;
-        }
-        if (outcome.ran) lastText = outcome.text;
-        if (!outcome.ok) {
-          failure = outcome.error;
-          break;
-        }
-        previous = outcome.text;
-        i++;
-      }
-      if (!isTerminalRun(this.status.state)) {
-        await this.sweepLeftovers();
-        const reason = this.stopReason;
-        const state: RunState = reason === 'CANCELLED' || reason === 'PARENT_ENDED' ? 'cancelled' : 'failed';
-        const error: StepError = reason === 'TIMEOUT'
-          ? { code: 'TIMEOUT', message: `the run exceeded its time limit of ${this.record.timeoutMs} ms` }
-          : reason === 'CANCELLED' ? { code: 'CANCELLED', message: 'the run was cancelled' }
-          : reason === 'PARENT_ENDED' ? { code: 'PARENT_ENDED', message: 'the agent that launched this run ended' }
-          : failure ?? { code: 'STEP_FAILED', message: 'a step failed' };
-        await persistently(() => this.store.withRunLock(this.runId, async () => {
-          this.takeAppendsLocked();
-          await this.releaseLedger();
-          this.commitLocked(state, error, lastText);
-        }));
+      } catch (e) {
+        // The end could not be recorded (the disk refused status.json past the retries): say so in its place.
+        const code = diskFaultOf(e);
+        if (!code) throw e;
+        exitCode = await this.recordWriteFailure(code, writtenFile(e));
       }
     } finally {
       if (runTimer) clearTimeout(runTimer);
@@ -158,7 +177,42 @@ class Executor {
     }
     if (!this.ledgerReleased) await this.releaseLedger();
     this.store.event(this.runId, { type: 'ended', state: this.status.state });
-    return 0;
+    return exitCode;
+  }
+
+  /**
+   * The terminal status could not be written: the run is recorded failed with the cause instead (a smaller write, and
+   * a later one: it may still succeed). When even that is refused, the runner's log says why and it exits 1; the
+   * run, not terminal with its runner gone, is then recorded failed/RUNNER_LOST by reconciliation, quoting that line.
+   */
+  private async recordWriteFailure(code: string, what: string): Promise<number> {
+    process.stderr.write(`runner: could not write ${what} (${code}) to record the run's end; recording it failed with that cause\n`);
+    this.abort.abort();
+    await this.sweepLeftovers();
+    const error: StepError = {
+      code: 'STEP_FAILED',
+      message: `the runner could not write ${what} (${code}), so the run's end could not be recorded and it is marked failed; check free space and permissions of the state home`,
+    };
+    try {
+      await persistently(() => this.store.withRunLock(this.runId, async () => {
+        await this.releaseLedger();
+        this.closeSteps();
+        const now = new Date().toISOString();
+        this.status = this.store.updateLocked(this.runId, () => ({ ...this.status, state: 'failed', error, endedAt: now }), { durable: true, repairFrom: this.status });
+      }));
+      return 0;
+    } catch (e) {
+      process.stderr.write(`runner: could not write status.json (${diskFaultOf(e) ?? code}) to record the run failed either; exiting, reconciliation will end the run\n`);
+      return 1;
+    }
+  }
+
+  /** Non-terminal steps and members end with the run: running ones cancelled, the rest skipped. */
+  private closeSteps(): void {
+    for (const st of this.status.steps) {
+      for (const m of st.members ?? []) if (!isTerminalStep(m.state)) m.state = m.state === 'running' ? 'cancelled' : 'skipped';
+      if (!isTerminalStep(st.state)) st.state = st.state === 'running' ? 'cancelled' : 'skipped';
+    }
   }
 
   /** Run a step: one agent, or a parallel group. */
@@ -407,10 +461,7 @@ class Executor {
   /** Writes the terminal status (compare-and-set: a terminal state already stored wins) and the run's output. */
   private commitLocked(state: RunState, error: StepError | null, lastText: StepText): void {
     const now = new Date().toISOString();
-    for (const st of this.status.steps) {
-      for (const m of st.members ?? []) if (!isTerminalStep(m.state)) m.state = m.state === 'running' ? 'cancelled' : 'skipped';
-      if (!isTerminalStep(st.state)) st.state = st.state === 'running' ? 'cancelled' : 'skipped';
-    }
+    this.closeSteps();
     // The last step that ran: for a parallel run its one group, all members joined.
     publishRunOutput(lastText, this.paths.runOutput);
     this.status = this.store.updateLocked(this.runId, () => ({ ...this.status, state, error, endedAt: now }), { durable: true, repairFrom: this.status });
@@ -421,7 +472,17 @@ class Executor {
   }
 
   private async write(): Promise<void> {
-    const stored = await persistently(() => this.store.update(this.runId, () => this.status, { repairFrom: this.status }));
+    let stored: RunStatus;
+    try {
+      stored = await persistently(() => this.store.update(this.runId, () => this.status, { repairFrom: this.status }));
+    } catch (e) {
+      const code = diskFaultOf(e);
+      if (!code) throw e;
+      // An intermediate write: the run goes on. Status is written whole each time, so the next write carries this one.
+      process.stderr.write(`runner: could not write status.json (${code}) after ${DISK_ATTEMPTS} attempts; going on, the next write carries the state\n`);
+      this.store.event(this.runId, { type: 'status-write-failed', code });
+      return;
+    }
     if (isTerminalRun(stored.state) && stored !== this.status) {
       // Someone ended the run while we live (it cannot normally happen: others write only when we are gone).
       this.stop('CANCELLED');
@@ -453,6 +514,12 @@ class Executor {
   }
 }
 
+/** The state file a refused write named (`status.json`, `output.txt` …; the run id is the run's own), for messages. */
+function writtenFile(e: unknown): string {
+  const named = e instanceof SubagentError ? /^could not write (\S+)/.exec(e.message)?.[1] : undefined;
+  return named ?? "the run's files";
+}
+
 function substitute(task: string, previous: (() => string) | null): string {
   if (previous === null || !task.includes('{previous}')) return task;
   // One pass: text coming from the previous step is never scanned for `{previous}` again.
@@ -479,12 +546,14 @@ function readStepText(t: StepText): string {
  * was read into memory and written again, and the terminal status's fsync then flushed that second copy too.
  */
 function publishRunOutput(t: StepText, target: string): void {
-  let size = -1;
-  try { size = t.file === null ? -1 : fs.statSync(t.file).size; } catch { /* gone: an empty output */ }
-  if (size < 0 || size > t.cap) {
+  let src: fs.Stats | null = null;
+  try { src = t.file === null ? null : fs.statSync(t.file); } catch { /* gone: an empty output */ }
+  if (src === null || src.size > t.cap) {
     writeFileAtomic(target, readStepText(t), { durable: false });
     return;
   }
+  // Already linked (a retried commit): rename(2) between two links of one file does nothing and would leave the temp.
+  try { const cur = fs.statSync(target); if (cur.ino === src.ino && cur.dev === src.dev) return; } catch { /* not yet */ }
   // Under a fresh name, then renamed over the target: a reader sees the old output or the new one, never a part.
   const tmp = path.join(path.dirname(target), `.${path.basename(target)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
   try {

@@ -89,10 +89,20 @@ function abandonTemp(tmp: string, fd: number | undefined): void {
 const DISK_FAULTS = new Set(['ENOSPC', 'EDQUOT', 'EACCES', 'EPERM', 'EROFS', 'EIO', 'EFBIG', 'EMFILE', 'ENFILE']);
 
 /**
+ * The errno of a disk fault (raw, or the cause of the refusal `writeFailure` made of it), else null: what a writer
+ * with no caller to answer (the runner) retries a few times before it degrades.
+ */
+export function diskFaultOf(e: unknown): string | null {
+  const inner = e instanceof SubagentError ? e.cause : e;
+  const code = (inner as NodeJS.ErrnoException | undefined)?.code;
+  return code && DISK_FAULTS.has(code) ? code : null;
+}
+
+/**
  * A state write the disk refused becomes a refusal naming what was being written (F6): the caller's tool answers
  * with it, and nothing else was changed (the temp file is already gone, the old file untouched). Other errors pass.
  */
-function writeFailure(file: string, e: unknown): unknown {
+export function writeFailure(file: string, e: unknown): unknown {
   const code = (e as NodeJS.ErrnoException | undefined)?.code;
   if (!code || !DISK_FAULTS.has(code)) return e;
   return new SubagentError('INTERNAL', `could not write ${describeStateFile(file)} (${code}); its previous version is unchanged and nothing else was done. Check free space and permissions of the state home, then retry.`, { cause: e });
@@ -107,6 +117,7 @@ export function describeStateFile(file: string): string {
   if (base === 'ledger.json') return 'the capacity ledger (ledger.json)';
   if (parts.at(-2) === 'sessions') return `the session registry (sessions/${base})`;
   if (parts.at(-3) === 'lineage') return `the session registry (lineage/${parts.at(-2)}/${base})`;
+  if (parts.at(-2) === 'index') return `the run index (index/${base})`;
   return base;
 }
 

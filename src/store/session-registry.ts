@@ -128,6 +128,19 @@ export class SessionRegistry {
     }
   }
 
+  /**
+   * Record files that exist but do not parse as a session record: read() treats them as lost and callers rebuild
+   * around them silently (SPEC §8.6), so `doctor` names them here.
+   */
+  damaged(): string[] {
+    const out: string[] = [];
+    for (const id of this.list()) {
+      const f = this.file(id);
+      if (f && fs.existsSync(f) && this.read(id) === null) out.push(f);
+    }
+    return out;
+  }
+
   /** Rebuilt ancestors of sessions whose record is gone, briefly cached: a rebuild reads every run directory. */
   private readonly rebuilt = new Map<string, { at: number; ids: string[] }>();
 

@@ -6,12 +6,15 @@
  * single writer, rewrites it from memory at its next write); listings still return every run
  * (the damaged one marked STATE_CORRUPT), the other runs stay readable and usable, the events resource skips the
  * garbled lines, restore still works over a damaged session file, and the server keeps serving new launches.
+ * Skipping is not hiding: `doctor` lists a run whose event log has unparsable lines and a session registry file that
+ * does not parse, each naming the file; `show` counts the skipped lines.
  */
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
+import { cli } from '../cli/helpers.js';
 import { FAKE, sleep } from './fault-helpers.js';
 
 describe('F5 torn and corrupt state files', () => {
@@ -80,6 +83,13 @@ describe('F5 torn and corrupt state files', () => {
     const text = (events.contents[0] as { text: string }).text;
     for (const line of text.split('\n').filter(Boolean)) expect(() => JSON.parse(line)).not.toThrow();
     expect(text).toContain('"created"');
+    // ... and the damage is visible: doctor names the run and its file, show counts the skipped lines.
+    const doctor = await cli(['doctor'], env);
+    const eventsFile = runFile(garbledEvents, 'events.jsonl');
+    expect(doctor.stdout).toContain(`${garbledEvents} (completed): its event log ${eventsFile} has 3 unparsable line(s)`);
+    expect(doctor.stdout).not.toMatch(new RegExp(`${fine} \\(completed\\): its event log`));
+    const show = await cli(['show', garbledEvents], env);
+    expect(show.stdout).toMatch(/events: .*events\.jsonl \(\d+ events; 3 unparsable line\(s\) skipped: the file is damaged\)/);
     expect(sc(await s.call('dismiss', { runId: fine })).dismissed).toBe(true);
 
     // Other tools on a damaged run refuse cleanly, naming the file; the server does not go down.
@@ -158,6 +168,8 @@ describe('F5 torn and corrupt state files', () => {
     s = await startServer(env);
     const r = await s.call('restore', { lineage: [first] });
     expect(r.isError, textOf(r)).toBeFalsy();
+    // Rebuilt around, and named: doctor warns about the file (its own server is gone, nobody rewrites it).
+    expect((await cli(['doctor'], env)).stdout).toContain(`warning: session registry file ${sessionFile} does not parse`);
     expect(sc(r).runs.map((x: any) => x.runId)).toContain(l.runId);
     const st = sc(await s.call('status', { runId: l.runId }));
     expect(st.state).toBe('completed');

@@ -1,14 +1,14 @@
 /**
  * F6 — disk faults. ENOSPC, EACCES and EROFS are injected through the store's file-system seam
  * (`overrideFsPort`, src/store/fs-port.ts) at each system call of a state write — open, write, fsync, rename (link
- * for create-once files) — of: launch (capacity ledger, run.json, status.json, the event log, the catalog
- * snapshot), append (appends/NNNNNN.json), a status update (cancel's request file; reconciliation's status.json
- * write) and the session registry (restore). The machine itself is never broken.
+ * for create-once files) — of: launch (capacity ledger, the run index, run.json, status.json, the event log, the
+ * catalog snapshot), append (appends/NNNNNN.json), a status update (cancel's request file; reconciliation's
+ * status.json write) and the session registry (restore). The machine itself is never broken.
  *
  * In-process: the manager is driven directly, with a ManagerContext built exactly as the server builds it
  * (`buildContext`), from dist/ — so runners are the real built runner. The seam lives in this process only: the
  * faults hit the server side of each operation, which is where launch, append, cancel, reconcile and restore write.
- * (Runner-side status writes happen in the runner process and are not injected here.)
+ * (Runner-side status writes happen in the runner process: f06-runner-writes.test.ts injects them there.)
  *
  * Expect, every time: the call fails with a clear error naming the operation or the file and the errno; the previous
  * file is byte-identical; no temp file is left behind; a launch whose record could not be written starts no runner
@@ -103,6 +103,8 @@ describe.skipIf(process.platform === 'win32')('F6 disk faults', () => {
   // Every write of a launch, at every step of the atomic write, with each errno.
   const LAUNCH_WRITES: Array<[string, (f: string) => boolean, Op[]]> = [
     ['capacity ledger', named('ledger.json'), ['open', 'write', 'fsync', 'rename']],
+    // The run index is appended to (fdatasync), not replaced: no rename.
+    ['run index', (f) => f.includes(`${path.sep}index${path.sep}`) && f.endsWith('.runs'), ['open', 'write', 'fsync']],
     ['run record', named('run.json'), ['open', 'write', 'fsync', 'rename']],
     ['first status', named('status.json'), ['open', 'write', 'fsync', 'rename']],
     ['event log', named('events.jsonl'), ['open', 'write']],
@@ -176,10 +178,11 @@ describe.skipIf(process.platform === 'win32')('F6 disk faults', () => {
       expect(r.pendingAppends).toBe(1);
     });
 
-    it.each(CODES)('cancel: the request file refused with %s → clear error, status.json unchanged, run still live', async (code) => {
+    it.each(CODES.flatMap((code) => (['open', 'write', 'fsync', 'rename'] as Op[]).map((op) => [op, code] as const)))(
+      'cancel: the request file refused at %s with %s → clear error, status.json unchanged, run still live', async (op, code) => {
       const statusFile = path.join(t.home, 'runs', runId, 'status.json');
       const before = snapshot(statusFile);
-      inject('rename', code, named('cancel-request.json'));
+      inject(op, code, named('cancel-request.json'));
       const err: any = await m.cancelRun(ctx, runId).catch((e: unknown) => e);
       lift();
       expect(err?.message).toMatch(new RegExp(`could not write cancel-request\\.json of run ${runId} \\(${code}\\)`));
@@ -187,14 +190,18 @@ describe.skipIf(process.platform === 'win32')('F6 disk faults', () => {
       expect(ctx.store.readStatus(runId).state).toBe('running');
       expect(tempFiles(t.home)).toEqual([]);
     });
+  });
 
-    it('reconcile: status.json refused (EROFS) after the runner died → file unchanged, next pass ends the run', async () => {
+  // Each on a run of its own: the fault hits the status write that records a dead runner's run as lost.
+  it.each([['write', 'EROFS'], ['fsync', 'EIO'], ['rename', 'ENOSPC'], ['rename', 'EACCES']] as const)(
+    'reconcile: status.json refused at %s (%s) after the runner died → file unchanged, next pass ends the run', async (op, code) => {
+      const { runId } = await launchSingle('sleeper');
       const statusFile = path.join(t.home, 'runs', runId, 'status.json');
       const runner = ctx.store.readStatus(runId).runner.pid as number;
       process.kill(runner, 'SIGKILL');
       expect(await until(() => !pidAlive(runner), 5000)).toBe(true);
       const before = snapshot(statusFile);
-      inject('write', 'EROFS', named('status.json', runId));
+      inject(op, code, named('status.json', runId));
       const seen = await m.freshStatus(ctx, runId).catch((e: unknown) => e);
       lift();
       expect(snapshot(statusFile)).toEqual(before);
@@ -204,9 +211,9 @@ describe.skipIf(process.platform === 'win32')('F6 disk faults', () => {
       expect(after.state).toBe('failed');
       expect(after.error.code).toBe('RUNNER_LOST');
     });
-  });
 
-  it.each(CODES)('restore: the session registry write refused with %s → clear error, registry file unchanged', async (code) => {
+  it.each(CODES.flatMap((code) => (['open', 'write', 'fsync', 'rename'] as Op[]).map((op) => [op, code] as const)))(
+    'restore: the session registry write refused at %s with %s → clear error, registry file unchanged', async (op, code) => {
     const other = m.buildContext(m.loadSettings({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root }, {}, t.root), {}, () => null);
     await other.sessions.register(null);
     const mine = path.join(t.home, 'sessions', `${encodeURIComponent(ctx.sessionId)}.json`);
@@ -214,7 +221,7 @@ describe.skipIf(process.platform === 'win32')('F6 disk faults', () => {
     const before = snapshot(mine);
     const linksOf = (id: string) => { try { return fs.readdirSync(path.join(t.home, 'lineage', id)).sort(); } catch { return []; } };
     const linksBefore = linksOf(ctx.sessionId);
-    inject('rename', code, (f) => f.includes(`${path.sep}sessions${path.sep}`));
+    inject(op, code, (f) => f.includes(`${path.sep}sessions${path.sep}`));
     const err: any = await m.restore(ctx, sessions, [other.ctx.sessionId]).catch((e: unknown) => e);
     lift();
     expect(err?.name).toBe('SubagentError');

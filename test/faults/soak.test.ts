@@ -1,6 +1,7 @@
 /**
- * Soak: the invariants of SPEC §8 under sustained chaos. 300 short runs (SUBAGENTS_SOAK_RUNS scales it; launching stops
- * after SUBAGENTS_SOAK_SECONDS, default 130, on a machine too loaded to reach the target) are launched
+ * Soak: the invariants of SPEC §8 under sustained chaos, bounded by 3 minutes in all (the test's own timeout: launch
+ * 95 s, settle 25 s, the final checks 10 s each). 300 short runs (SUBAGENTS_SOAK_RUNS scales it; launching stops
+ * after SUBAGENTS_SOAK_SECONDS, default 95, on a machine too loaded to reach the target) are launched
  * through 4 server processes sharing one state home (2 launchers each, capacity 8), while at random: a run is
  * cancelled, a runner is SIGKILLed, and every ~60 accepted launches a server is SIGKILLed mid-traffic and replaced
  * (same session id, so it sees its runs again). Refusals (CAPACITY_EXHAUSTED, BUSY, HANDSHAKE_FAILED) are counted
@@ -22,7 +23,9 @@ import { pidAlive, pidsWithArg, pidsWithToken, readRecord, sleep, tempFiles, unt
 
 const TARGET = Number(process.env.SUBAGENTS_SOAK_RUNS ?? 300);
 /** Launching stops at the target or after this long, whichever comes first (a loaded machine gets fewer runs, not a hang). */
-const LAUNCH_SECONDS = Number(process.env.SUBAGENTS_SOAK_SECONDS ?? 130);
+const LAUNCH_SECONDS = Number(process.env.SUBAGENTS_SOAK_SECONDS ?? 95);
+/** What the run must reach (only at the default target: a scaled-down run asserts its own target). */
+const MIN_ACCEPTED = Math.min(TARGET, 300);
 const SERVERS = 4;
 const LAUNCHERS_PER_SERVER = 2;
 const LIMIT = 8;
@@ -58,7 +61,7 @@ describe.skipIf(process.platform !== 'linux')('soak', () => {
     const call = async (i: number, tool: string, args: Record<string, unknown>) => {
       const s = servers[i];
       if (!s) return undefined; // being replaced
-      try { return await s.call(tool, args, { timeout: 30_000 }); } catch { return null; } // its server was killed
+      try { return await s.call(tool, args, { timeout: 15_000 }); } catch { return null; } // its server was killed
     };
 
     const launcher = async (i: number) => {
@@ -121,7 +124,7 @@ describe.skipIf(process.platform !== 'linux')('soak', () => {
     expect(restored.isError, textOf(restored)).toBeFalsy();
     const runIds = () => fs.readdirSync(path.join(t.home, 'runs')).filter((n) => n.startsWith('r-'));
     const stateOf = (id: string): string => { try { return JSON.parse(fs.readFileSync(path.join(t.home, 'runs', id, 'status.json'), 'utf8')).state; } catch { return 'unreadable'; } };
-    const settleEnd = performance.now() + 60_000;
+    const settleEnd = performance.now() + 25_000;
     for (;;) {
       const r = await checker.call('status', { all: true, waitMs: 2000 });
       expect(r.isError, textOf(r)).toBeFalsy();
@@ -140,7 +143,7 @@ describe.skipIf(process.platform !== 'linux')('soak', () => {
       + `max capacity.active ${c.maxActive}/${LIMIT}; run dirs ${runIds().length}; outcomes ${JSON.stringify(byOutcome)}\n`);
 
     // Every accepted launch is accounted for: its record exists and it is terminal (or provably alive).
-    expect(accepted.size).toBeGreaterThan(0);
+    expect(accepted.size).toBeGreaterThanOrEqual(MIN_ACCEPTED);
     const notTerminal: string[] = [];
     for (const id of runIds()) {
       const st = JSON.parse(fs.readFileSync(path.join(t.home, 'runs', id, 'status.json'), 'utf8'));
@@ -157,22 +160,22 @@ describe.skipIf(process.platform !== 'linux')('soak', () => {
     const final = await checker.call('launch', { agent: 'quick', task: 'last' }); // a launch prunes what is provably dead
     expect(final.isError, textOf(final)).toBeFalsy();
     const finalId = sc(final).runId as string;
-    await checker.call('status', { runId: finalId, waitMs: 20_000, until: 'terminal' });
+    await checker.call('status', { runId: finalId, waitMs: 10_000, until: 'terminal' });
     const ledgerFile = path.join(t.home, 'ledger.json');
     const held = () => {
       const l = JSON.parse(fs.readFileSync(ledgerFile, 'utf8'));
       return [...Object.entries(l.roots), ...Object.entries(l.agents)].map(([k, v]) => `${k}=${JSON.stringify(v)} (${stateOf(k.split(':')[0]!)})`);
     };
-    await until(() => held().length === 0, 15_000);
+    await until(() => held().length === 0, 10_000);
     expect(held()).toEqual([]);
     expect(sc(await checker.call('status', {})).capacity.active).toBe(0);
 
     // No orphans: runners of abandoned handshakes exit within the handshake timeout; nothing carries a run token.
-    expect(await until(() => pidsWithArg(path.join(t.home, 'runs')).length === 0, 20_000)).toBe(true);
+    expect(await until(() => pidsWithArg(path.join(t.home, 'runs')).length === 0, 10_000)).toBe(true);
     const leftovers = runIds().flatMap((id) => pidsWithToken(readRecord(t.home, id).runToken).map((p) => `${id}:${p}`));
     expect(leftovers).toEqual([]);
 
     // No temp files.
     expect(tempFiles(t.home)).toEqual([]);
-  }, 300_000);
+  }, 180_000);
 });
