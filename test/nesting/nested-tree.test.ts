@@ -169,6 +169,55 @@ describe('nested delegation through a real MCP client inside an agent', () => {
     await waitTerminal(s, sc(again).runId);
   });
 
+  it('a step waits for a deep tree of SIGTERM-ignoring agents however long the grace, and the root keeps its slot until the last nested run ended', async () => {
+    t = tempStateHome();
+    agents();
+    // Two levels that each wait out the grace (the child's agent, then the grandchild's): past the grace + 5 s the
+    // parent step once waited before ending anyway, which freed the root's slot with nested runs still going.
+    const s = await start({ SUBAGENTS_KILL_GRACE_MS: '6000', SUBAGENTS_MAX_ACTIVE_RUNS: '1' });
+    const release = path.join(t.base, 'release');
+    const inner = { launches: [{ agent: 'stubborn', task: 'grandchild' }], wait: false, ignoreTerm: true, sleepMs: 120_000 };
+    const plan = { launches: [{ agent: 'delegate', task: JSON.stringify(inner) }], wait: false, holdFile: release };
+    const l = await s.call('launch', { agent: 'delegate', task: JSON.stringify(plan) });
+    expect(l.isError, textOf(l)).toBeFalsy();
+    const rootId = sc(l).runId as string;
+    const nested = () => runIds(t.home).filter((id) => id !== rootId);
+    await until(() => nested().length === 2 && nested().every((id) => { try { return readRun(t.home, id).status.steps[0].state === 'running'; } catch { return false; } }), 'the child and the grandchild with running agents');
+    let violations = 0;
+    let samples = 0;
+    let sampling = true;
+    const observer = (async () => {
+      while (sampling) {
+        const active = nested().some((id) => { try { return !['cancelled', 'failed', 'completed'].includes(readRun(t.home, id).status.state); } catch { return true; } });
+        if (active) { samples++; if (!readLedger(t.home).roots[rootId]) violations++; }
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    })();
+    // The root's agent exits: its step cancels the child (PARENT_ENDED), whose step cancels the grandchild.
+    fs.writeFileSync(release, '');
+    const fin = await waitTerminal(s, rootId, 90_000);
+    // Sampled until the last nested run has ended, past the root's own end.
+    await until(() => nested().every((id) => ['cancelled', 'failed', 'completed'].includes(readRun(t.home, id).status.state)), 'every nested run terminal', 60_000);
+    sampling = false;
+    await observer;
+    expect(fin.state).toBe('completed');
+    expect(samples).toBeGreaterThan(0);
+    expect(violations).toBe(0);
+    const [child, grandchild] = [...nested()].sort((a, b) => readRun(t.home, a).record.depth - readRun(t.home, b).record.depth).map((id) => readRun(t.home, id).status);
+    for (const st of [child!, grandchild!]) {
+      expect(st.state).toBe('cancelled');
+      expect(st.error.code).toBe('PARENT_ENDED');
+      expect(Date.parse(st.endedAt)).toBeLessThanOrEqual(Date.parse(fin.endedAt));
+    }
+    // The grandchild's agent waited out the whole grace: it was killed, not asked.
+    expect(grandchild!.steps[0].signal).toBe('SIGKILL');
+    await until(() => liveRunProcesses(t.home).length === 0, 'no process left');
+    await until(() => Object.keys(readLedger(t.home).roots).length === 0, 'the root slot back');
+    const again = await s.call('launch', { agent: 'echo', task: 'next' });
+    expect(again.isError, textOf(again)).toBeFalsy();
+    await waitTerminal(s, sc(again).runId);
+  }, 120_000);
+
   it('refuses a nested launch beyond SUBAGENTS_MAX_AGENTS at once, exactly (never queued)', async () => {
     t = tempStateHome();
     const release = path.join(t.base, 'release');
