@@ -1,21 +1,16 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
-import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
-import { DELEGATE, FAKE, liveRunProcesses, outputOf, readLedger, readRun, report, runIds, until } from './tree-helpers.js';
+import { sc, textOf, waitTerminal } from '../helpers/server.js';
+import { DELEGATE, FAKE, liveRunProcesses, outputOf, readLedger, readRun, report, runIds, serversOn, until } from './tree-helpers.js';
 
 /** The nesting variables the runner gives an agent (SPEC §4.8), plus the system prompt file of SPEC §3. */
 const NESTING_VARS = ['SUBAGENTS_BUDGET', 'SUBAGENTS_DEPTH', 'SUBAGENTS_HOME', 'SUBAGENTS_PARENT_RUN_ID', 'SUBAGENTS_ROOT_RUN_ID', 'SUBAGENTS_RUN_TOKEN'];
 
 describe('nested delegation through a real MCP client inside an agent', () => {
   let t: ReturnType<typeof tempStateHome>;
-  const servers: Started[] = [];
-  const start = async (extra: Record<string, string> = {}) => {
-    const s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_KILL_GRACE_MS: '300', ...extra });
-    servers.push(s);
-    return s;
-  };
+  const start = serversOn(() => t);
   const agents = (holdFile = path.join(t.base, 'never')) => {
     const dir = path.join(t.home, 'agents');
     writeAgent(dir, 'delegate', { backend: 'command', command: ['node', DELEGATE, 'delegate'] });
@@ -24,12 +19,6 @@ describe('nested delegation through a real MCP client inside an agent', () => {
     writeAgent(dir, 'hold', { backend: 'command', command: ['node', DELEGATE, 'hold', holdFile] });
     writeAgent(dir, 'stubborn', { backend: 'command', command: ['node', FAKE, 'ignore-term', '30000'] });
   };
-  afterEach(async () => {
-    for (const s of servers.splice(0)) await s.close();
-    // Nothing of any run may outlive a test (a failed assertion must not leave runners behind either).
-    for (const pid of liveRunProcesses(t.home)) { try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ } }
-    t.cleanup();
-  });
 
   it('lists nested runs as children, charges them to the tree budget and not to capacity, and passes exactly the nesting variables', async () => {
     t = tempStateHome();
