@@ -9,6 +9,7 @@ import { requestTreeCancel } from './nesting.js';
 import { reconcileRun } from './reconcile.js';
 import { freshStatus } from './run-status.js';
 import { withLedger } from '../store/ledger.js';
+import { treeIsLive } from '../store/run-tree.js';
 
 export interface CancelResult {
   runId: string;
@@ -53,7 +54,8 @@ export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?:
       if (term.survivors.length === 0) {
         await withLedger(ctx.layout, (l) => {
           for (const k of Object.keys(l.agents)) if (k.startsWith(`${runId}:`)) delete l.agents[k];
-          if (record.depth === 0) { delete l.roots[runId]; delete l.trees[runId]; }
+          // A root whose tree still lives keeps its slot; capacity pruning returns it once the tree has ended.
+          if (record.depth === 0 && !treeIsLive(l, ctx.store, runId)) { delete l.roots[runId]; delete l.trees[runId]; }
         }).catch(() => {});
       }
     }

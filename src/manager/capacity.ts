@@ -3,6 +3,8 @@ import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, runnerGroups } from '../process/terminate.js';
 import { pruneAgentSlots } from '../runner/agent-slots.js';
 import { withLedger, readLedger, type Ledger } from '../store/ledger.js';
+import type { RunStore } from '../store/run-store.js';
+import { treeIsLive } from '../store/run-tree.js';
 import type { StepSpec } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';
 
@@ -12,11 +14,12 @@ const firstSeenUnbound = new Map<string, number>();
 /**
  * Drops reservations whose end is proven: an unbound one whose launching server is dead, or that this process has
  * seen unbound for longer than twice the launching server's handshake timeout (the launch has given up by then, and
- * its bind fails); a bound one whose runner is dead, whose process group is empty and of whose tree no agent slot is
- * live (a root holds its slot until its whole tree has ended). Trees whose root holds no slot any more are dropped:
- * nothing can be launched into them. Call after `pruneAgentSlots`.
+ * its bind fails); a bound one whose runner is dead, whose process group is empty, of whose tree no agent slot is live
+ * and no nested run may still be going (a root holds its slot until its whole tree has ended: a runner that ends with
+ * its tree still live leaves its slot to this). Trees whose root holds no slot any more are dropped: nothing can be
+ * launched into them. Call after `pruneAgentSlots`.
  */
-export function pruneRoots(l: Ledger, handshakeTimeoutMs: number): void {
+export function pruneRoots(l: Ledger, handshakeTimeoutMs: number, store: RunStore): void {
   const now = performance.now();
   for (const [runId, r] of Object.entries(l.roots)) {
     if (r.runner === null) {
@@ -30,7 +33,7 @@ export function pruneRoots(l: Ledger, handshakeTimeoutMs: number): void {
     } else {
       firstSeenUnbound.delete(runId);
       if (isAlive(r.runner)) continue;
-      if (Object.values(l.agents).some((a) => a.root === runId)) continue;
+      if (treeIsLive(l, store, runId)) continue;
       if (findRunProcesses({ pgids: runnerGroups(r.runner) }).length === 0) delete l.roots[runId];
     }
   }
@@ -71,7 +74,7 @@ export async function reserve(ctx: ManagerContext, req: ReserveRequest): Promise
   const { settings } = ctx;
   return withLedger(ctx.layout, (l) => {
     pruneAgentSlots(l);
-    pruneRoots(l, settings.handshakeTimeoutMs);
+    pruneRoots(l, settings.handshakeTimeoutMs, ctx.store);
     const limit = settings.maxActiveRuns;
     const rootId = req.nested ? req.nested.rootRunId : req.runId;
     let tree = l.trees[rootId];

@@ -4,6 +4,7 @@ import { readTail } from '../runner/agent-process.js';
 import { removeStaleTemps, writeFileAtomic } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
 import { withLedger } from '../store/ledger.js';
+import { treeIsLive } from '../store/run-tree.js';
 import { isTerminalRun, isTerminalStep, type RunStatus, type StepError, type StepStatus } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';
 
@@ -126,7 +127,9 @@ async function releaseLedger(ctx: ManagerContext, runId: string, topLevel: boole
     for (const key of Object.keys(l.agents)) if (key.startsWith(`${runId}:`)) delete l.agents[key];
     const tree = l.trees[rootRunId];
     if (tree) tree.used = Math.max(0, tree.used - unstarted);
-    if (topLevel) {
+    // A lost root whose nested runs still go (they were just asked to end) keeps its slot until they have ended:
+    // capacity pruning returns it then.
+    if (topLevel && !treeIsLive(l, ctx.store, runId)) {
       delete l.roots[runId];
       delete l.trees[runId];
     }

@@ -6,13 +6,14 @@ import { adapterFor } from '../agents/adapters/index.js';
 import { stderrReason } from '../agents/adapters/shared.js';
 import { agentSourceEnv, buildAgentEnv } from '../agents/agent-env.js';
 import type { ProcessIdentity } from '../process/identity.js';
-import { findRunProcesses, terminateProcesses } from '../process/terminate.js';
+import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/terminate.js';
 import { diskFaultOf, writeFileAtomic } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
 import { Layout, type RunPaths } from '../store/layout.js';
 import { withLedger } from '../store/ledger.js';
 export { settleLocks } from '../store/lock.js';
 import { RunStore } from '../store/run-store.js';
+import { descendants, readyIdentity, runMayBeLive, safeRecord, safeStatus, treeIsLive } from '../store/run-tree.js';
 import {
   isTerminalRun, isTerminalStep, type AgentTaskSpec, type RunRecord, type RunState, type RunStatus, type StepError,
   type StepSpec, type StepStatus,
@@ -387,23 +388,45 @@ class Executor {
     return false;
   }
 
-  /** Nested runs of a step still active when its agent exited are cancelled, and the step waits for them to end. */
+  /**
+   * Nested runs of a step still active when its agent exited are cancelled, and the step waits until each has ended.
+   * No fixed bound: a bound let a root end, and free its capacity slot, with nested runs alive (a deep tree of agents
+   * that ignore SIGTERM takes a grace per level). The wait cannot hang on a dead process: a live child runner ends on
+   * its own (its agent gets SIGTERM, the grace, SIGKILL, and it waits for its own children the same way), so the wait
+   * ends with the leaves of the tree; a child whose runner is gone (identity-checked) has its leftovers stopped here,
+   * its own children taken into this wait, and its status left for reconciliation to record; one still starting is
+   * waited for only while its launch can still proceed (its server or its runner alive: both bound the handshake).
+   */
   private async settleChildren(stepKey: string): Promise<void> {
-    const children = this.store.children(this.runId).filter((c) => c.stepKey === stepKey);
-    if (children.length === 0) return;
+    const waiting = this.store.children(this.runId).filter((c) => c.stepKey === stepKey).map((c) => c.runId);
+    if (waiting.length === 0) return;
     const reason = this.stopReason === 'CANCELLED' ? 'CANCELLED' : 'PARENT_ENDED';
-    const deadline = performance.now() + this.record.killGraceMs + 5000;
-    for (const c of children) {
-      const s = safeStatus(this.store, c.runId);
-      if (s && !isTerminalRun(s.state)) {
-        try {
-          writeFileAtomic(this.store.paths(c.runId).cancelRequest, JSON.stringify({ at: new Date().toISOString(), reason }));
-        } catch { /* the child's own reconciliation will end it */ }
+    const ask = (runId: string) => {
+      const s = safeStatus(this.store, runId);
+      if (s && isTerminalRun(s.state)) return;
+      try {
+        const file = this.store.paths(runId).cancelRequest;
+        // Asked again while it lives if the request is missing (a write that failed): never left to go on unasked.
+        if (!fs.existsSync(file)) writeFileAtomic(file, JSON.stringify({ at: new Date().toISOString(), reason }));
+      } catch { /* asked again on the next round */ }
+    };
+    for (let round = 0; waiting.length > 0; round++) {
+      for (const runId of [...waiting]) {
+        if (round % 10 === 0) ask(runId);
+        const s = safeStatus(this.store, runId);
+        if (s && isTerminalRun(s.state)) { waiting.splice(waiting.indexOf(runId), 1); continue; }
+        if (runMayBeLive(this.store, runId)) continue;
+        // Not terminal and nothing can end it from inside: its runner is gone, or its launch never started.
+        waiting.splice(waiting.indexOf(runId), 1);
+        const record = safeRecord(this.store, runId);
+        const runner = s?.runner ?? readyIdentity(this.store, runId);
+        if (record && runner) {
+          const find = () => findRunProcesses({ pgids: runnerGroups(runner), token: record.runToken, exclude: [process.pid] });
+          await terminateProcesses(find, record.killGraceMs);
+        }
+        for (const id of descendants(this.store, runId)) if (!waiting.includes(id)) { ask(id); waiting.push(id); }
       }
-    }
-    while (performance.now() < deadline) {
-      if (children.every((c) => { const s = safeStatus(this.store, c.runId); return !s || isTerminalRun(s.state); })) return;
-      await sleep(100);
+      if (waiting.length > 0) await sleep(100);
     }
   }
 
@@ -504,8 +527,10 @@ class Executor {
       releaseRunSlotsLocked(l, this.runId); // slots a nested launch reserved and no agent took
       const tree = l.trees[this.record.rootRunId];
       if (tree && unstarted > 0) tree.used = Math.max(0, tree.used - unstarted);
-      if (this.record.depth === 0) {
-        // The root ends last (its steps waited for their nested runs), so the whole tree is terminal now.
+      // The root ends last (its steps waited for their nested runs), so its tree has normally ended by now. If a
+      // nested run still goes, or an agent of the tree still lives, the slot stays: capacity pruning returns it once
+      // this runner is gone and the tree has ended.
+      if (this.record.depth === 0 && !treeIsLive(l, this.store, this.runId)) {
         delete l.roots[this.runId];
         delete l.trees[this.runId];
       }
@@ -566,14 +591,6 @@ function publishRunOutput(t: StepText, target: string): void {
   } catch (e) {
     try { fs.unlinkSync(tmp); } catch { /* not made */ }
     throw e;
-  }
-}
-
-function safeStatus(store: RunStore, runId: string): RunStatus | null {
-  try {
-    return store.readStatus(runId);
-  } catch {
-    return null;
   }
 }
 

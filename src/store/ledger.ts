@@ -1,6 +1,7 @@
 import { writeFileAtomicAsync } from './atomic-write.js';
 import { readJsonFile } from './json-file.js';
 import type { Layout } from './layout.js';
+import { rebuildLedger } from './ledger-rebuild.js';
 import { withLock } from './lock.js';
 import type { ProcessIdentity } from '../process/identity.js';
 
@@ -56,8 +57,9 @@ const draining = new Set<string>();
 
 /**
  * Read-modify-write of the ledger under the state home's ledger lock. `fn` works on a copy; the copy is written back
- * (fsynced: capacity is an acknowledgement) only if it changed. A ledger that does not parse is rebuilt empty (every
- * entry names a process; after a crash none of them lives). `durable: false` is for changes nobody is acknowledged
+ * (fsynced: capacity is an acknowledgement) only if it changed. A ledger that does not parse is rebuilt from the runs
+ * of the state home (`rebuildLedger`: live runs' slots and their trees' budgets; empty when nothing lives, as after a
+ * crash of the machine) and written back. `durable: false` is for changes nobody is acknowledged
  * (agent slots): they are pruned by liveness, and after a crash of the machine no agent lives.
  *
  * Group commit: the changes this process asks for while its previous section is under way are applied together in
@@ -111,7 +113,7 @@ async function applyAll(file: string, batch: PendingChange[]): Promise<Array<{ o
     ledger = readJsonFile<Ledger>(file, 'ledger.json') ?? empty();
     before = JSON.stringify(ledger);
   } catch {
-    ledger = empty();
+    ledger = rebuildLedger(file);
   }
   let current = JSON.stringify(ledger); // differs from `before` only for a rebuilt ledger: it is written back
   let durable = current !== before;
@@ -136,6 +138,6 @@ export function readLedger(layout: Layout): Ledger {
   try {
     return readJsonFile<Ledger>(layout.ledgerFile, 'ledger.json') ?? empty();
   } catch {
-    return empty();
+    return rebuildLedger(layout.ledgerFile); // a snapshot: the next change under the lock writes the rebuild back
   }
 }

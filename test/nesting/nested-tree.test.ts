@@ -1,21 +1,16 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
-import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
-import { DELEGATE, FAKE, liveRunProcesses, outputOf, readLedger, readRun, report, runIds, until } from './tree-helpers.js';
+import { sc, textOf, waitTerminal } from '../helpers/server.js';
+import { DELEGATE, FAKE, liveRunProcesses, outputOf, readLedger, readRun, report, runIds, serversOn, until } from './tree-helpers.js';
 
 /** The nesting variables the runner gives an agent (SPEC §4.8), plus the system prompt file of SPEC §3. */
 const NESTING_VARS = ['SUBAGENTS_BUDGET', 'SUBAGENTS_DEPTH', 'SUBAGENTS_HOME', 'SUBAGENTS_PARENT_RUN_ID', 'SUBAGENTS_ROOT_RUN_ID', 'SUBAGENTS_RUN_TOKEN'];
 
 describe('nested delegation through a real MCP client inside an agent', () => {
   let t: ReturnType<typeof tempStateHome>;
-  const servers: Started[] = [];
-  const start = async (extra: Record<string, string> = {}) => {
-    const s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_KILL_GRACE_MS: '300', ...extra });
-    servers.push(s);
-    return s;
-  };
+  const start = serversOn(() => t);
   const agents = (holdFile = path.join(t.base, 'never')) => {
     const dir = path.join(t.home, 'agents');
     writeAgent(dir, 'delegate', { backend: 'command', command: ['node', DELEGATE, 'delegate'] });
@@ -24,12 +19,6 @@ describe('nested delegation through a real MCP client inside an agent', () => {
     writeAgent(dir, 'hold', { backend: 'command', command: ['node', DELEGATE, 'hold', holdFile] });
     writeAgent(dir, 'stubborn', { backend: 'command', command: ['node', FAKE, 'ignore-term', '30000'] });
   };
-  afterEach(async () => {
-    for (const s of servers.splice(0)) await s.close();
-    // Nothing of any run may outlive a test (a failed assertion must not leave runners behind either).
-    for (const pid of liveRunProcesses(t.home)) { try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ } }
-    t.cleanup();
-  });
 
   it('lists nested runs as children, charges them to the tree budget and not to capacity, and passes exactly the nesting variables', async () => {
     t = tempStateHome();
@@ -168,6 +157,55 @@ describe('nested delegation through a real MCP client inside an agent', () => {
     expect(again.isError, textOf(again)).toBeFalsy();
     await waitTerminal(s, sc(again).runId);
   });
+
+  it('a step waits for a deep tree of SIGTERM-ignoring agents however long the grace, and the root keeps its slot until the last nested run ended', async () => {
+    t = tempStateHome();
+    agents();
+    // Two levels that each wait out the grace (the child's agent, then the grandchild's): past the grace + 5 s the
+    // parent step once waited before ending anyway, which freed the root's slot with nested runs still going.
+    const s = await start({ SUBAGENTS_KILL_GRACE_MS: '6000', SUBAGENTS_MAX_ACTIVE_RUNS: '1' });
+    const release = path.join(t.base, 'release');
+    const inner = { launches: [{ agent: 'stubborn', task: 'grandchild' }], wait: false, ignoreTerm: true, sleepMs: 120_000 };
+    const plan = { launches: [{ agent: 'delegate', task: JSON.stringify(inner) }], wait: false, holdFile: release };
+    const l = await s.call('launch', { agent: 'delegate', task: JSON.stringify(plan) });
+    expect(l.isError, textOf(l)).toBeFalsy();
+    const rootId = sc(l).runId as string;
+    const nested = () => runIds(t.home).filter((id) => id !== rootId);
+    await until(() => nested().length === 2 && nested().every((id) => { try { return readRun(t.home, id).status.steps[0].state === 'running'; } catch { return false; } }), 'the child and the grandchild with running agents');
+    let violations = 0;
+    let samples = 0;
+    let sampling = true;
+    const observer = (async () => {
+      while (sampling) {
+        const active = nested().some((id) => { try { return !['cancelled', 'failed', 'completed'].includes(readRun(t.home, id).status.state); } catch { return true; } });
+        if (active) { samples++; if (!readLedger(t.home).roots[rootId]) violations++; }
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    })();
+    // The root's agent exits: its step cancels the child (PARENT_ENDED), whose step cancels the grandchild.
+    fs.writeFileSync(release, '');
+    const fin = await waitTerminal(s, rootId, 90_000);
+    // Sampled until the last nested run has ended, past the root's own end.
+    await until(() => nested().every((id) => ['cancelled', 'failed', 'completed'].includes(readRun(t.home, id).status.state)), 'every nested run terminal', 60_000);
+    sampling = false;
+    await observer;
+    expect(fin.state).toBe('completed');
+    expect(samples).toBeGreaterThan(0);
+    expect(violations).toBe(0);
+    const [child, grandchild] = [...nested()].sort((a, b) => readRun(t.home, a).record.depth - readRun(t.home, b).record.depth).map((id) => readRun(t.home, id).status);
+    for (const st of [child!, grandchild!]) {
+      expect(st.state).toBe('cancelled');
+      expect(st.error.code).toBe('PARENT_ENDED');
+      expect(Date.parse(st.endedAt)).toBeLessThanOrEqual(Date.parse(fin.endedAt));
+    }
+    // The grandchild's agent waited out the whole grace: it was killed, not asked.
+    expect(grandchild!.steps[0].signal).toBe('SIGKILL');
+    await until(() => liveRunProcesses(t.home).length === 0, 'no process left');
+    await until(() => Object.keys(readLedger(t.home).roots).length === 0, 'the root slot back');
+    const again = await s.call('launch', { agent: 'echo', task: 'next' });
+    expect(again.isError, textOf(again)).toBeFalsy();
+    await waitTerminal(s, sc(again).runId);
+  }, 120_000);
 
   it('refuses a nested launch beyond SUBAGENTS_MAX_AGENTS at once, exactly (never queued)', async () => {
     t = tempStateHome();

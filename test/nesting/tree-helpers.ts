@@ -1,6 +1,8 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import { afterEach } from 'vitest';
 import { FIXTURE_AGENTS } from '../helpers/paths.js';
+import { startServer, type Started } from '../helpers/server.js';
 import { listProcesses, hasEnvEntry } from '../../src/process/identity.js';
 
 export const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
@@ -67,4 +69,24 @@ export function outputOf(home: string, runId: string): string {
 /** The delegating agent's printed report (its step output). */
 export function report(text: string): { env: Record<string, string>; results: Array<{ isError: boolean; text: string; structured: any }>; finals: any[] } {
   return JSON.parse(text);
+}
+
+/**
+ * Starts servers on the test's state home (`home()`: the one the running test made) with a short kill grace; after
+ * each test they are closed, no process of any run outlives it (a failed assertion must not leave runners behind
+ * either), and the home is removed. Call inside `describe`.
+ */
+export function serversOn(home: () => { home: string; root: string; cleanup: () => void }): (extra?: Record<string, string>) => Promise<Started> {
+  const servers: Started[] = [];
+  afterEach(async () => {
+    for (const s of servers.splice(0)) await s.close();
+    for (const pid of liveRunProcesses(home().home)) { try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ } }
+    home().cleanup();
+  });
+  return async (extra = {}) => {
+    const h = home();
+    const s = await startServer({ SUBAGENTS_HOME: h.home, SUBAGENTS_ROOTS: h.root, SUBAGENTS_KILL_GRACE_MS: '300', ...extra });
+    servers.push(s);
+    return s;
+  };
 }

@@ -61,7 +61,7 @@ describe('withLedger', () => {
     expect(await withLedger(layout, take('after'))).toBe(2);
   });
 
-  it('a ledger that does not parse is rebuilt empty and written back', async () => {
+  it('a ledger that does not parse, in a home with no live run, is rebuilt empty and written back', async () => {
     fs.writeFileSync(layout.ledgerFile, '{"v":1,"roots":{', { mode: 0o600 });
     expect(await withLedger(layout, (l) => Object.keys(l.roots).length)).toBe(0);
     expect(JSON.parse(fs.readFileSync(layout.ledgerFile, 'utf8'))).toEqual({ v: 1, roots: {}, trees: {}, agents: {} });
