@@ -9,6 +9,9 @@ const dir = process.argv[2];
 const chunks = [];
 for await (const c of process.stdin) chunks.push(c);
 fs.mkdirSync(dir, { recursive: true });
-fs.writeFileSync(path.join(dir, `${process.pid}.env.json`), JSON.stringify(process.env));
+// Published whole (written aside, then renamed): a test reads it the moment its name appears.
+const envFile = path.join(dir, `${process.pid}.env.json`);
+fs.writeFileSync(`${envFile}.tmp`, JSON.stringify(process.env));
+fs.renameSync(`${envFile}.tmp`, envFile);
 while (!fs.existsSync(path.join(dir, 'release'))) await new Promise((r) => setTimeout(r, 50));
 process.stdout.write(Buffer.concat(chunks));
