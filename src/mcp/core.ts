@@ -39,7 +39,7 @@ export function buildContext(settings: Settings, env: NodeJS.ProcessEnv, clientR
 
 export interface CoreOptions {
   server: Server;
-  /** settings.sessionId is this server's session (serve.ts registered it before connecting). */
+  /** settings.sessionId is this server's session (serve.ts registers it; the core loads once that is done). */
   settings: Settings;
   env: NodeJS.ProcessEnv;
   clientRoots: () => string[] | null;

@@ -38,8 +38,12 @@ export async function serve(flags: Record<string, string | string[] | undefined>
     try { own = await registerSession(registry, new Layout(settings.home).runsDir, own, client); } catch { /* the registry is best effort */ }
   };
   const shutdownController = new AbortController();
+  // Restorable from its first answer that names it, even before it has runs: the core (every tool, every resource)
+  // waits for this. Not before connecting: the initialize handshake does not wait for the registry's lock and fsyncs.
+  let registering: () => void = () => {};
+  const registered = new Promise<void>((resolve) => { registering = () => { void register(null).then(resolve); }; });
   const handle = createServer({
-    version, settings, env: process.env, clientRoots: () => clientRoots, shutdown: shutdownController.signal, log,
+    version, settings, env: process.env, clientRoots: () => clientRoots, shutdown: shutdownController.signal, log, registered,
     onClient: (name, v) => { void register({ name: name.slice(0, 100), version: v.slice(0, 50) }); },
   });
   const { server } = handle;
@@ -76,7 +80,6 @@ export async function serve(flags: Record<string, string | string[] | undefined>
   const parent = process.ppid;
   setInterval(() => { if (process.ppid !== parent) shutdown('parent process changed'); }, PARENT_CHECK_MS).unref();
 
-  // Known (restorable) from the moment it answers, even before it has runs.
-  await register(null);
   await server.connect(new StdioServerTransport());
+  registering();
 }

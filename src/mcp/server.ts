@@ -33,7 +33,12 @@ export interface ServerHandle {
  */
 let ajv: AjvJsonSchemaValidator | undefined;
 
-export function createServer(o: Omit<CoreOptions, 'server'> & { version: string; onClient?: (name: string, version: string) => void }): ServerHandle {
+export function createServer(o: Omit<CoreOptions, 'server'> & {
+  version: string;
+  onClient?: (name: string, version: string) => void;
+  /** Settles once the session is in the registry: the core loads after it (every answer naming the session does). */
+  registered?: Promise<unknown>;
+}): ServerHandle {
   const server = new Server({ name: 'subagents', version: o.version }, {
     capabilities: {
       tools: { listChanged: false },
@@ -50,7 +55,7 @@ export function createServer(o: Omit<CoreOptions, 'server'> & { version: string;
   let loaded: Core | null = null;
   let closed = false;
   const core = (): Promise<Core> => {
-    loading ??= import('./core.js').then((m) => {
+    loading ??= Promise.resolve(o.registered).then(() => import('./core.js')).then((m) => {
       loaded = m.startCore({ ...o, server });
       if (closed) loaded.stop();
       return loaded;

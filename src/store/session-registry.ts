@@ -2,7 +2,6 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { createFileExclusive, writeFileAtomic, ensurePrivateDir, fsyncDir } from './atomic-write.js';
 import { readJsonFile } from './json-file.js';
-import { withLock } from './lock.js';
 
 /**
  * One session's record. Servers sharing a session id (SUBAGENTS_SESSION_ID) write the same file: every
@@ -45,6 +44,9 @@ export class SessionRegistry {
   async withRecord<T>(id: string, fn: () => T | Promise<T>): Promise<T> {
     const locks = path.join(this.home, 'locks');
     ensurePrivateDir(locks);
+    // Loaded here, not with this module: the server registers its session while it starts, and the lock library is
+    // not needed to answer initialize (cold start).
+    const { withLock } = await import('./lock.js');
     return withLock(path.join(locks, `session-${nameOf(id)}`), fn, { what: 'session registry' });
   }
 
