@@ -285,9 +285,10 @@ class Executor {
       await this.write();
       return { ok: false, ran: false, text: NO_TEXT, error: { code: this.stopReason ?? 'CANCELLED', message: `step ${st.key} did not start` } };
     }
+    // Written at onStarted, with the agent's identity: a step is shown running once there is a process to show.
+    // (A write here as well was one more locked status write per agent, on a path every launch waits behind.)
     st.state = 'running';
     st.startedAt = new Date().toISOString();
-    await this.write();
     this.store.event(this.runId, { type: 'step-started', step: st.key, agent: spec.agent.name });
     const budget = this.mintBudget(st.key);
     const adapter = adapterFor(spec.agent.backend)!;
@@ -331,7 +332,9 @@ class Executor {
       await Promise.all(recorded);
     }
     await this.settleChildren(st.key);
-    await releaseAgentSlot(this.layout, slotKey).catch(() => {});
+    // A single run's one slot goes back with the rest of its ledger entries at the run's end (releaseLedger, after
+    // the sweep of leftovers): one ledger section fewer per run, on the lock every run of the state home shares.
+    if (this.record.mode !== 'single') await releaseAgentSlot(this.layout, slotKey).catch(() => {});
     st.exitCode = result.exitCode;
     st.signal = result.signal;
     st.endedAt = new Date().toISOString();
@@ -373,7 +376,8 @@ class Executor {
   private mintBudget(stepKey: string): { secret: string; revoke: () => void } {
     const secret = randomBytes(32).toString('base64url');
     const file = this.paths.budgetFile(createHash('sha256').update(secret).digest('hex'));
-    writeFileAtomic(file, JSON.stringify({ stepKey, at: new Date().toISOString() }));
+    // Not fsynced: it is valid only while this step's agent lives, and no agent outlives a crash of the machine.
+    writeFileAtomic(file, JSON.stringify({ stepKey, at: new Date().toISOString() }), { durable: false });
     return { secret, revoke: () => { try { fs.unlinkSync(file); } catch { /* gone */ } } };
   }
 
