@@ -4,13 +4,21 @@
  * to log in with — and the failure must be about credentials, the network or the time limit, never about an option
  * or argument the CLI did not accept. A negative control per CLI proves the check would notice one.
  *
+ * opencode offline only ever waits (for a provider it cannot reach) until the time limit, which proves little, and it
+ * accepts any OPENCODE_PERMISSION value without a word (unknown actions, even invalid JSON). So opencode's variants
+ * run against test/fixtures/cli-output/mock-provider.mjs, started inside the run's network namespace: each must end
+ * with exit 0 and the mock's answer, and the tools opencode offered the model (logged by the mock) must be exactly
+ * what the variant's permissions allow. The negative control there is a broken permission config, which shows up as
+ * tools offered that should not be.
+ *
  * Cold cache: the install runs first (top-level await; ≈ 1.3 GB, about a minute here). A CLI whose package cannot
  * be installed is skipped with the reason printed; the rest still run.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { adapterFor } from '../../src/agents/adapters/index.js';
 import type { Backend, FrozenAgent, Invocation, InvocationContext } from '../../src/agents/types.js';
@@ -24,6 +32,8 @@ const CONTROL_TIMEOUT_MS = 2 * RUN_TIMEOUT_MS;
 const TEST_TIMEOUT_MS = CONTROL_TIMEOUT_MS + 30_000;
 const KILL_GRACE_MS = 2_000;
 const TASK = '--help --version; a task that starts with dashes must never be read as a flag';
+const MOCK_PROVIDER = fileURLToPath(new URL('../fixtures/cli-output/mock-provider.mjs', import.meta.url));
+const MOCK_ANSWER = 'Hello from the mock provider.';
 
 const installs = await installClis();
 for (const cli of Object.values(installs)) {
@@ -71,20 +81,14 @@ const ARGV_COMPLAINTS = [
 const EXPECTED_FAILURE =
   /not logged in|\/login|auth method|api key|apikey|credential|unauthori[sz]ed|network|connect|reconnecting|fetch failed|ENOTFOUND|EAI_AGAIN|does not resolve|root\/sudo/i;
 
-/**
- * Per CLI, further endings that can only come after the command line and config were accepted. opencode's run
- * command reports a failure of its in-process server (which, offline, cannot reach a provider) as a JSON `error`
- * event "Unexpected server error"; config and flag problems are reported before that server starts.
- */
-const EXPECTED_FAILURE_OF: Partial<Record<CliName, RegExp>> = {
-  opencode: /"type":"error".*Unexpected server error/,
-};
-
 interface Variant {
   name: string;
   agent: Partial<FrozenAgent>;
   model?: string;
   delegate?: boolean;
+  /** Against the mock provider: tools the CLI must offer the model, and (when set) the only ones it may offer. */
+  offers?: string[];
+  offersOnly?: string[];
 }
 
 const BODY = 'You review diffs.\n"Quotes", back\\slashes, $VARS and a line starting with --dashes.';
@@ -112,9 +116,17 @@ const VARIANTS: Record<CliName, Variant[]> = {
     { name: 'full', agent: { permissions: 'full' } },
   ],
   opencode: [
-    { name: 'read-only, model, delegate', agent: { permissions: 'read-only' }, model: 'anthropic/claude-sonnet-4-5', delegate: true },
-    { name: 'edit, tools', agent: { permissions: 'edit', tools: ['read', 'grep', 'write'] } },
-    { name: 'full', agent: { permissions: 'full' } },
+    {
+      name: 'read-only, model, delegate',
+      agent: { permissions: 'read-only' },
+      model: 'anthropic/claude-sonnet-4-5',
+      delegate: true,
+      offers: ['read', 'grep', 'glob'],
+      offersOnly: ['read', 'glob', 'grep', 'list', 'todowrite', 'todoread', 'webfetch', 'websearch', 'codesearch', 'lsp'],
+    },
+    { name: 'edit, tools', agent: { permissions: 'edit', tools: ['read', 'grep', 'write'] }, offers: ['read', 'grep', 'edit', 'write'], offersOnly: ['read', 'grep', 'edit', 'write', 'patch', 'multiedit', 'apply_patch'] },
+    { name: 'edit, no tools', agent: { permissions: 'edit', tools: [] }, offers: [], offersOnly: [] },
+    { name: 'full', agent: { permissions: 'full' }, offers: ['bash', 'edit', 'write', 'read', 'task'] },
   ],
 };
 
@@ -130,6 +142,57 @@ const CONCURRENT: Record<CliName, boolean> = { claude: false, codex: true, gemin
 /** Output that shows the run was past its command line and config; the run is stopped there to save time. */
 const PAST_ARGV: Partial<Record<CliName, RegExp>> = { codex: /"type":"turn\.started"/ };
 
+/**
+ * CLIs run against the mock provider instead of offline: a fake credential, and the provider's base URL pointed at
+ * the mock (`{env:…}` is opencode's own config substitution; the port is only known once the mock listens).
+ */
+const MOCK_SETUP: Partial<Record<CliName, (home: string) => Record<string, string>>> = {
+  opencode: (home) => {
+    const dir = path.join(home, '.config', 'opencode');
+    mkdirSync(dir, { recursive: true });
+    const config = { provider: { anthropic: { options: { baseURL: '{env:MOCK_PROVIDER_URL}/v1' } } } };
+    writeFileSync(path.join(dir, 'opencode.json'), JSON.stringify(config));
+    return { ANTHROPIC_API_KEY: 'sk-ant-fake-for-the-mock-provider' };
+  },
+};
+
+/**
+ * Starts the mock next to the CLI (same network namespace), waits for its port, runs the CLI as a child — not by
+ * exec, which would leave the mock a child of the CLI and keep opencode from exiting — and stops the mock after.
+ */
+function withMockProvider(argv: string[]): string[] {
+  const script = [
+    `"$MOCK_NODE" "$MOCK_SCRIPT" 0 "$MOCK_READY" </dev/null 2>"$MOCK_LOG" & mock=$!`,
+    'while [ ! -s "$MOCK_READY" ]; do sleep 0.05; done',
+    'MOCK_PROVIDER_URL="http://127.0.0.1:$(cat "$MOCK_READY")"; export MOCK_PROVIDER_URL',
+    'unset MOCK_NODE MOCK_SCRIPT MOCK_READY MOCK_LOG',
+    '"$@"; rc=$?; kill $mock; exit $rc',
+  ].join('\n');
+  return ['sh', '-c', script, 'sh', ...argv];
+}
+
+/** The tool names the CLI offered the model, over every request the mock logged (title requests offer none). */
+function offeredTools(logFile: string): { requests: number; tools: Set<string> } {
+  let text = '';
+  try {
+    text = readFileSync(logFile, 'utf8');
+  } catch {
+    return { requests: 0, tools: new Set() };
+  }
+  const lines = text.split('\n').filter((l) => l.startsWith('{'));
+  const tools = new Set<string>();
+  for (const line of lines) for (const t of (JSON.parse(line) as { tools: string[] }).tools) tools.add(t);
+  return { requests: lines.length, tools };
+}
+
+/** What is wrong with the offered tools for a variant, or nothing. */
+function toolComplaints(variant: Variant, offered: Set<string>): string[] {
+  const complaints: string[] = [];
+  for (const t of variant.offers ?? []) if (!offered.has(t)) complaints.push(`${t} not offered`);
+  if (variant.offersOnly) for (const t of offered) if (!variant.offersOnly.includes(t)) complaints.push(`${t} offered but not granted`);
+  return complaints;
+}
+
 interface RunResult {
   code: number | null;
   signal: NodeJS.Signals | null;
@@ -138,6 +201,8 @@ interface RunResult {
   stdout: string;
   stderr: string;
   ms: number;
+  /** Against the mock provider: what the CLI asked it. */
+  mock?: { requests: number; tools: Set<string> };
 }
 
 function contextFor(cli: CliName, variant: Variant): InvocationContext {
@@ -174,7 +239,12 @@ function contextFor(cli: CliName, variant: Variant): InvocationContext {
 }
 
 /** Starts the invocation as the runner would (files, env, stdin), minus credentials, and bounds it. */
-function runInvocation(cli: CliName, ctx: InvocationContext, inv: Invocation, timeoutMs = RUN_TIMEOUT_MS): Promise<RunResult> {
+function runInvocation(
+  cli: CliName,
+  ctx: InvocationContext,
+  inv: Invocation,
+  { timeoutMs = RUN_TIMEOUT_MS, mock = false }: { timeoutMs?: number; mock?: boolean } = {},
+): Promise<RunResult> {
   for (const file of inv.files ?? []) {
     mkdirSync(path.dirname(file.path), { recursive: true, mode: 0o700 });
     writeFileSync(file.path, file.content, { mode: 0o600 });
@@ -194,7 +264,18 @@ function runInvocation(cli: CliName, ctx: InvocationContext, inv: Invocation, ti
     SUBAGENTS_SYSTEM_PROMPT_FILE: ctx.systemPromptFile,
     ...inv.env,
   };
-  const [command, ...args] = [...NO_NETWORK_PREFIX, ...inv.argv];
+  let argv = inv.argv;
+  const mockLog = path.join(ctx.scratchDir, 'mock-provider.log');
+  if (mock) {
+    Object.assign(env, MOCK_SETUP[cli]!(home), {
+      MOCK_NODE: process.execPath,
+      MOCK_SCRIPT: MOCK_PROVIDER,
+      MOCK_READY: path.join(ctx.scratchDir, 'mock-provider.port'),
+      MOCK_LOG: mockLog,
+    });
+    argv = withMockProvider(argv);
+  }
+  const [command, ...args] = [...NO_NETWORK_PREFIX, ...argv];
   const started = Date.now();
   return new Promise((resolve) => {
     const child = spawn(command!, args, { cwd, env, detached: true, stdio: ['pipe', 'pipe', 'pipe'] });
@@ -237,14 +318,15 @@ function runInvocation(cli: CliName, ctx: InvocationContext, inv: Invocation, ti
       clearTimeout(timer);
       killGroup('SIGKILL'); // Nothing of the run outlives it.
       for (const dir of [home, cwd, tmp]) rmSync(dir, { recursive: true, force: true });
-      resolve({ code, signal, timedOut, stoppedEarly, stdout, stderr, ms: Date.now() - started });
+      resolve({ code, signal, timedOut, stoppedEarly, stdout, stderr, ms: Date.now() - started, ...(mock ? { mock: offeredTools(mockLog) } : {}) });
     });
   });
 }
 
 function summary(r: RunResult): string {
   const tail = `${r.stdout}\n${r.stderr}`.replace(/\s+/g, ' ').trim().slice(-300);
-  return `exit=${r.code} signal=${r.signal} timedOut=${r.timedOut} early=${r.stoppedEarly} ${r.ms}ms :: ${tail}`;
+  const offered = r.mock ? ` offered=[${[...r.mock.tools].sort().join(' ')}] requests=${r.mock.requests}` : '';
+  return `exit=${r.code} signal=${r.signal} timedOut=${r.timedOut} early=${r.stoppedEarly} ${r.ms}ms${offered} :: ${tail}`;
 }
 
 for (const cli of Object.keys(VARIANTS) as CliName[]) {
@@ -252,8 +334,44 @@ for (const cli of Object.keys(VARIANTS) as CliName[]) {
   describe.skipIf(!install.bin)(`real ${cli} ${install.version} accepts the argv its adapter builds`, () => {
     const adapter = adapterFor(cli as Backend)!;
 
-    (CONCURRENT[cli] ? describe.concurrent : describe)('without credentials or network', { timeout: TEST_TIMEOUT_MS }, () => {
+    describe.runIf(MOCK_SETUP[cli])('against a mock provider', { timeout: TEST_TIMEOUT_MS }, () => {
       for (const variant of VARIANTS[cli]) {
+        it(`${variant.name}: answers, offering the model exactly the granted tools`, async () => {
+          const ctx = contextFor(cli, variant);
+          const inv = adapter.buildInvocation(ctx);
+          expect(inv.argv.join('\n')).not.toContain(TASK);
+          const result = await runInvocation(cli, ctx, inv, { mock: true });
+          process.stderr.write(`[real-cli] ${cli} / ${variant.name} (mock): ${summary(result)}\n`);
+          const output = `${result.stdout}\n${result.stderr}`;
+          for (const complaint of ARGV_COMPLAINTS) expect(output, summary(result)).not.toMatch(complaint);
+          expect(result.timedOut, summary(result)).toBe(false);
+          expect(result.code, summary(result)).toBe(0);
+          const parser = adapter.createParser!();
+          for (const line of result.stdout.split('\n')) parser.onLine(line);
+          const parsed = parser.finish(result.code);
+          expect(parsed, summary(result)).toMatchObject({ isError: false, text: MOCK_ANSWER });
+          expect(parsed.usage?.outputTokens).toBeGreaterThan(0);
+          expect(result.mock!.requests).toBeGreaterThan(0);
+          expect(toolComplaints(variant, result.mock!.tools), [...result.mock!.tools].join(' ')).toEqual([]);
+        });
+      }
+
+      it('negative control: a broken permission config is accepted silently, but shows in the tools offered', async () => {
+        const variant = VARIANTS[cli][0]!;
+        const ctx = contextFor(cli, variant);
+        const inv = adapter.buildInvocation(ctx);
+        // An unknown action: opencode neither complains nor fails (nor for invalid JSON) — it falls back to its defaults.
+        inv.env = { ...inv.env, OPENCODE_PERMISSION: '{"bash":"bogus"}' };
+        const result = await runInvocation(cli, ctx, inv, { mock: true });
+        process.stderr.write(`[real-cli] ${cli} / broken permission control (mock): ${summary(result)}\n`);
+        expect(result.code, summary(result)).toBe(0);
+        expect(toolComplaints(variant, result.mock!.tools)).toContain('bash offered but not granted');
+      });
+    });
+
+    (CONCURRENT[cli] ? describe.concurrent : describe)('without credentials or network', { timeout: TEST_TIMEOUT_MS }, () => {
+      // A CLI that runs against the mock provider gets only the unknown-flag control offline.
+      for (const variant of MOCK_SETUP[cli] ? [] : VARIANTS[cli]) {
         it(variant.name, async () => {
           const ctx = contextFor(cli, variant);
           const inv = adapter.buildInvocation(ctx);
@@ -264,8 +382,7 @@ for (const cli of Object.keys(VARIANTS) as CliName[]) {
           for (const complaint of ARGV_COMPLAINTS) expect(output, summary(result)).not.toMatch(complaint);
           if (!result.timedOut && !result.stoppedEarly) {
             expect(result.code, summary(result)).not.toBe(0);
-            const expected = EXPECTED_FAILURE_OF[cli];
-            expect(EXPECTED_FAILURE.test(output) || (expected?.test(output) ?? false), summary(result)).toBe(true);
+            expect(output, summary(result)).toMatch(EXPECTED_FAILURE);
           }
           // The parser turns whatever the CLI printed into a failed step.
           const parser = adapter.createParser!();
@@ -280,7 +397,7 @@ for (const cli of Object.keys(VARIANTS) as CliName[]) {
         const ctx = contextFor(cli, VARIANTS[cli][0]!);
         const inv = adapter.buildInvocation(ctx);
         inv.argv.splice(FLAG_SLOT[cli], 0, '--definitely-not-a-flag');
-        const result = await runInvocation(cli, ctx, inv, CONTROL_TIMEOUT_MS);
+        const result = await runInvocation(cli, ctx, inv, { timeoutMs: CONTROL_TIMEOUT_MS });
         process.stderr.write(`[real-cli] ${cli} / negative control: ${summary(result)}\n`);
         expect(result.timedOut, summary(result)).toBe(false);
         expect(ARGV_COMPLAINTS.some((re) => re.test(`${result.stdout}\n${result.stderr}`)), summary(result)).toBe(true);
