@@ -33,6 +33,20 @@ const PERMISSION_MODE: Record<Permission, string> = {
   'full': 'bypassPermissions',
 };
 
+/**
+ * The `--permission-mode` of a run. At `full` with a `tools` list, bypassPermissions would approve every use of a
+ * listed tool, turning `Bash(git *)` into any command: the run uses dontAsk instead and approves exactly the
+ * listed entries, patterns as written, so `tools` restricts at every level.
+ */
+export function claudePermissionMode(permissions: Permission, tools: string[] | undefined): string {
+  return permissions === 'full' && tools !== undefined ? 'dontAsk' : PERMISSION_MODE[permissions];
+}
+
+/** Whether Claude would refuse this agent's runs when started as root (bypassPermissions under uid 0). */
+export function claudeRefusesAsRoot(permissions: Permission, tools: string[] | undefined): boolean {
+  return claudePermissionMode(permissions, tools) === 'bypassPermissions';
+}
+
 export const claudeAdapter: BackendAdapter = {
   backend: 'claude',
   binName: 'claude',
@@ -86,7 +100,7 @@ function buildClaudeInvocation(ctx: InvocationContext): Invocation {
     '--output-format=stream-json',
     '--verbose',
     `--append-system-prompt-file=${ctx.systemPromptFile}`,
-    `--permission-mode=${PERMISSION_MODE[agent.permissions]}`,
+    `--permission-mode=${claudePermissionMode(agent.permissions, agent.tools)}`,
   ];
   const model = explicitModel(ctx);
   if (model) argv.push(`--model=${model}`);
@@ -98,8 +112,10 @@ function buildClaudeInvocation(ctx: InvocationContext): Invocation {
     const builtins = dedupe(tools.filter((t) => !t.startsWith('mcp__')).map(baseToolName));
     argv.push(`--tools=${builtins.join(',')}`);
     // A narrowed entry such as `Bash(git *)` keeps its pattern as an approval: the tool stays restricted to it
-    // (other uses of the tool are refused in print mode, nobody being there to approve them).
-    if (!readOnly) approve.push(...tools.filter((t) => t.includes('(')));
+    // (other uses of the tool are refused in print mode, nobody being there to approve them). At full every
+    // listed entry is approved, standing in for bypassPermissions (see claudePermissionMode).
+    if (agent.permissions === 'full') approve.push(...tools);
+    else if (!readOnly) approve.push(...tools.filter((t) => t.includes('(')));
     // An allowlist also covers MCP tools: load no MCP server but the delegate one.
     argv.push('--strict-mcp-config');
   }
@@ -113,7 +129,7 @@ function buildClaudeInvocation(ctx: InvocationContext): Invocation {
     // Print mode cannot ask for approval: the delegate tools must be pre-approved or every call is refused.
     approve.push(`mcp__${DELEGATE_SERVER_NAME}`);
   }
-  if (approve.length > 0) argv.push(`--allowedTools=${approve.join(',')}`);
+  if (approve.length > 0) argv.push(`--allowedTools=${dedupe(approve).join(',')}`);
   return { argv, taskVia: 'stdin', ...(files.length > 0 ? { files } : {}) };
 }
 
