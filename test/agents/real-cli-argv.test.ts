@@ -9,17 +9,19 @@
  * run against test/fixtures/cli-output/mock-provider.mjs, started inside the run's network namespace: each must end
  * with exit 0 and the mock's answer, and the tools opencode offered the model (logged by the mock) must be exactly
  * what the variant's permissions allow. The negative control there is a broken permission config, which shows up as
- * tools offered that should not be.
+ * tools offered that should not be. claude runs offline and against the mock too; there, scripted tool calls show a
+ * `Bash(git *)` entry enforced at run time (a git command runs, another is refused; a plain `Bash` is the control).
  *
  * Cold cache: the install runs first (top-level await; ≈ 1.3 GB, about a minute here). A CLI whose package cannot
  * be installed is skipped with the reason printed; the rest still run.
  */
 import { spawn, spawnSync } from 'node:child_process';
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
+import { claudeRefusesAsRoot } from '../../src/agents/adapters/claude.js';
 import { adapterFor } from '../../src/agents/adapters/index.js';
 import type { Backend, FrozenAgent, Invocation, InvocationContext } from '../../src/agents/types.js';
 import { type CliName, cliCacheDir, installClis } from '../helpers/install-clis.js';
@@ -95,10 +97,11 @@ const BODY = 'You review diffs.\n"Quotes", back\\slashes, $VARS and a line start
 
 const VARIANTS: Record<CliName, Variant[]> = {
   claude: [
-    { name: 'read-only, tools, model, delegate', agent: { permissions: 'read-only', tools: ['Read', 'Grep'] }, model: 'sonnet', delegate: true },
-    { name: 'edit, narrowed Bash', agent: { permissions: 'edit', tools: ['Read', 'Edit', 'Bash(git *)'] } },
-    { name: 'edit, no tools', agent: { permissions: 'edit', tools: [] } },
-    { name: 'full', agent: { permissions: 'full' } },
+    { name: 'read-only, tools, model, delegate', agent: { permissions: 'read-only', tools: ['Read', 'Grep'] }, model: 'sonnet', delegate: true, offers: ['Read', 'Grep'], offersOnly: ['Read', 'Grep'] },
+    { name: 'edit, narrowed Bash', agent: { permissions: 'edit', tools: ['Read', 'Edit', 'Bash(git *)'] }, offers: ['Read', 'Edit', 'Bash'], offersOnly: ['Read', 'Edit', 'Bash'] },
+    { name: 'edit, no tools', agent: { permissions: 'edit', tools: [] }, offers: [], offersOnly: [] },
+    { name: 'full', agent: { permissions: 'full' }, offers: ['Bash', 'Edit', 'Write', 'Read'] },
+    { name: 'full, narrowed Bash', agent: { permissions: 'full', tools: ['Read', 'Bash(git *)'] }, offers: ['Read', 'Bash'], offersOnly: ['Read', 'Bash'] },
   ],
   codex: [
     { name: 'read-only, model, delegate', agent: { permissions: 'read-only' }, model: 'gpt-5.5', delegate: true },
@@ -154,6 +157,38 @@ const MOCK_SETUP: Partial<Record<CliName, (home: string) => Record<string, strin
     writeFileSync(path.join(dir, 'opencode.json'), JSON.stringify(config));
     return { ANTHROPIC_API_KEY: 'sk-ant-fake-for-the-mock-provider' };
   },
+  claude: () => ({ ANTHROPIC_API_KEY: 'sk-ant-fake-for-the-mock-provider', MOCK_URL_VARS: 'ANTHROPIC_BASE_URL' }),
+};
+
+/** CLIs whose offline runs prove nothing (they only wait for the time limit): they run against the mock alone. */
+const MOCK_ONLY: Partial<Record<CliName, boolean>> = { opencode: true };
+
+/** Under uid 0, Claude refuses bypassPermissions: such a variant must fail saying so (docs/troubleshooting.md). */
+const refusedAsRoot = (cli: CliName, variant: Variant): boolean =>
+  cli === 'claude' && process.getuid?.() === 0 && claudeRefusesAsRoot(variant.agent.permissions ?? 'edit', variant.agent.tools);
+
+interface ToolCheck {
+  name: string;
+  agent: Partial<FrozenAgent>;
+  /** The one tool call the mock makes; `{marker}` in a command is a path in the run's scratch dir. */
+  call: { name: string; input: Record<string, unknown> };
+  runs: boolean;
+  /** What the tool's result must say (when it ran). */
+  result?: RegExp;
+}
+
+/**
+ * A pattern in `tools` is enforced by the CLI at run time, which only a tool call shows: the mock asks for one and
+ * the test looks at what happened (the marker file, the tool result the CLI sent back).
+ */
+const TOOL_CHECKS: Partial<Record<CliName, ToolCheck[]>> = {
+  claude: [
+    { name: 'full, Bash(git *): a git command runs', agent: { permissions: 'full', tools: ['Read', 'Bash(git *)'] }, call: { name: 'Bash', input: { command: 'git --version', description: 'version' } }, runs: true, result: /git version/ },
+    { name: 'full, Bash(git *): another command is refused', agent: { permissions: 'full', tools: ['Read', 'Bash(git *)'] }, call: { name: 'Bash', input: { command: 'touch {marker}', description: 'marker' } }, runs: false },
+    { name: 'edit, Bash(git *): another command is refused', agent: { permissions: 'edit', tools: ['Read', 'Bash(git *)'] }, call: { name: 'Bash', input: { command: 'touch {marker}', description: 'marker' } }, runs: false },
+    // The control: the same call does run when the list grants the whole tool.
+    { name: 'full, Bash: any command runs', agent: { permissions: 'full', tools: ['Read', 'Bash'] }, call: { name: 'Bash', input: { command: 'touch {marker}', description: 'marker' } }, runs: true },
+  ],
 };
 
 /**
@@ -165,24 +200,33 @@ function withMockProvider(argv: string[]): string[] {
     `"$MOCK_NODE" "$MOCK_SCRIPT" 0 "$MOCK_READY" </dev/null 2>"$MOCK_LOG" & mock=$!`,
     'while [ ! -s "$MOCK_READY" ]; do sleep 0.05; done',
     'MOCK_PROVIDER_URL="http://127.0.0.1:$(cat "$MOCK_READY")"; export MOCK_PROVIDER_URL',
-    'unset MOCK_NODE MOCK_SCRIPT MOCK_READY MOCK_LOG',
+    'for v in $MOCK_URL_VARS; do export "$v=$MOCK_PROVIDER_URL"; done',
+    'unset MOCK_NODE MOCK_SCRIPT MOCK_READY MOCK_LOG MOCK_URL_VARS',
     '"$@"; rc=$?; kill $mock; exit $rc',
   ].join('\n');
   return ['sh', '-c', script, 'sh', ...argv];
 }
 
 /** The tool names the CLI offered the model, over every request the mock logged (title requests offer none). */
-function offeredTools(logFile: string): { requests: number; tools: Set<string> } {
+function offeredTools(logFile: string): MockLog {
   let text = '';
   try {
     text = readFileSync(logFile, 'utf8');
   } catch {
-    return { requests: 0, tools: new Set() };
+    return { requests: 0, tools: new Set(), toolResults: [] };
   }
-  const lines = text.split('\n').filter((l) => l.startsWith('{'));
+  // Model requests only: claude first sends a HEAD to see whether the API is reachable.
+  const lines = text.split('\n').filter((l) => l.startsWith('{')).map((l) => JSON.parse(l) as { method: string; tools: string[]; toolResults: MockLog['toolResults'] });
+  const requests = lines.filter((l) => l.method === 'POST');
   const tools = new Set<string>();
-  for (const line of lines) for (const t of (JSON.parse(line) as { tools: string[] }).tools) tools.add(t);
-  return { requests: lines.length, tools };
+  for (const r of requests) for (const t of r.tools) tools.add(t);
+  return { requests: requests.length, tools, toolResults: requests.flatMap((r) => r.toolResults) };
+}
+
+interface MockLog {
+  requests: number;
+  tools: Set<string>;
+  toolResults: Array<{ isError: boolean; text: string }>;
 }
 
 /** What is wrong with the offered tools for a variant, or nothing. */
@@ -202,7 +246,7 @@ interface RunResult {
   stderr: string;
   ms: number;
   /** Against the mock provider: what the CLI asked it. */
-  mock?: { requests: number; tools: Set<string> };
+  mock?: MockLog;
 }
 
 function contextFor(cli: CliName, variant: Variant): InvocationContext {
@@ -243,7 +287,7 @@ function runInvocation(
   cli: CliName,
   ctx: InvocationContext,
   inv: Invocation,
-  { timeoutMs = RUN_TIMEOUT_MS, mock = false }: { timeoutMs?: number; mock?: boolean } = {},
+  { timeoutMs = RUN_TIMEOUT_MS, mock = false, toolCall }: { timeoutMs?: number; mock?: boolean; toolCall?: ToolCheck['call'] } = {},
 ): Promise<RunResult> {
   for (const file of inv.files ?? []) {
     mkdirSync(path.dirname(file.path), { recursive: true, mode: 0o700 });
@@ -272,6 +316,7 @@ function runInvocation(
       MOCK_SCRIPT: MOCK_PROVIDER,
       MOCK_READY: path.join(ctx.scratchDir, 'mock-provider.port'),
       MOCK_LOG: mockLog,
+      ...(toolCall ? { MOCK_TOOL_CALL: JSON.stringify(toolCall) } : {}),
     });
     argv = withMockProvider(argv);
   }
@@ -345,6 +390,12 @@ for (const cli of Object.keys(VARIANTS) as CliName[]) {
           const output = `${result.stdout}\n${result.stderr}`;
           for (const complaint of ARGV_COMPLAINTS) expect(output, summary(result)).not.toMatch(complaint);
           expect(result.timedOut, summary(result)).toBe(false);
+          if (refusedAsRoot(cli, variant)) {
+            // The documented limit (agents and doctor warn about it): nothing reaches the provider.
+            expect(result.code, summary(result)).not.toBe(0);
+            expect(output).toMatch(/root\/sudo/);
+            return;
+          }
           expect(result.code, summary(result)).toBe(0);
           const parser = adapter.createParser!();
           for (const line of result.stdout.split('\n')) parser.onLine(line);
@@ -356,7 +407,25 @@ for (const cli of Object.keys(VARIANTS) as CliName[]) {
         });
       }
 
-      it('negative control: a broken permission config is accepted silently, but shows in the tools offered', async () => {
+      for (const check of TOOL_CHECKS[cli] ?? []) {
+        it(`tool call: ${check.name}`, async () => {
+          const variant: Variant = { name: check.name, agent: check.agent };
+          const ctx = contextFor(cli, variant);
+          const marker = path.join(ctx.scratchDir, 'marker');
+          const call = JSON.parse(JSON.stringify(check.call).replaceAll('{marker}', marker)) as ToolCheck['call'];
+          const result = await runInvocation(cli, ctx, adapter.buildInvocation(ctx), { mock: true, toolCall: call });
+          process.stderr.write(`[real-cli] ${cli} / tool call ${check.name} (mock): ${summary(result)} results=${JSON.stringify(result.mock!.toolResults).slice(0, 300)}\n`);
+          expect(result.code, summary(result)).toBe(0);
+          // The CLI answered the call (ran it or refused it) and went on to the final answer.
+          expect(result.mock!.toolResults, summary(result)).toHaveLength(1);
+          const [toolResult] = result.mock!.toolResults;
+          expect(toolResult!.isError, toolResult!.text).toBe(!check.runs);
+          if (check.result) expect(toolResult!.text).toMatch(check.result);
+          if (JSON.stringify(check.call).includes('{marker}')) expect(existsSync(marker), toolResult!.text).toBe(check.runs);
+        });
+      }
+
+      it.runIf(cli === 'opencode')('negative control: a broken permission config is accepted silently, but shows in the tools offered', async () => {
         const variant = VARIANTS[cli][0]!;
         const ctx = contextFor(cli, variant);
         const inv = adapter.buildInvocation(ctx);
@@ -371,7 +440,7 @@ for (const cli of Object.keys(VARIANTS) as CliName[]) {
 
     (CONCURRENT[cli] ? describe.concurrent : describe)('without credentials or network', { timeout: TEST_TIMEOUT_MS }, () => {
       // A CLI that runs against the mock provider gets only the unknown-flag control offline.
-      for (const variant of MOCK_SETUP[cli] ? [] : VARIANTS[cli]) {
+      for (const variant of MOCK_ONLY[cli] ? [] : VARIANTS[cli]) {
         it(variant.name, async () => {
           const ctx = contextFor(cli, variant);
           const inv = adapter.buildInvocation(ctx);
