@@ -33,13 +33,19 @@ const PERMISSION_MODE: Record<Permission, string> = {
   'full': 'bypassPermissions',
 };
 
+/** Built-in tools that edit files: one `Edit(…)` rule governs them all. */
+const EDIT_TOOLS = ['Edit', 'Write', 'NotebookEdit', 'MultiEdit'];
+/** An edit rule for the working directory and below: what acceptEdits approves, as an allow rule. */
+const EDIT_IN_CWD = 'Edit(./**)';
+
 /**
- * The `--permission-mode` of a run. At `full` with a `tools` list, bypassPermissions would approve every use of a
- * listed tool, turning `Bash(git *)` into any command: the run uses dontAsk instead and approves exactly the
- * listed entries, patterns as written, so `tools` restricts at every level.
+ * The `--permission-mode` of a run. With a `tools` list, every level uses dontAsk and approves exactly what the list
+ * and level allow (see buildClaudeInvocation): bypassPermissions (full) would approve every use of a listed tool,
+ * turning `Bash(git *)` into any command, and acceptEdits (edit) also approves file commands such as `rm`, `mkdir`
+ * and `cp` in the working directory, whatever the list says.
  */
 export function claudePermissionMode(permissions: Permission, tools: string[] | undefined): string {
-  return permissions === 'full' && tools !== undefined ? 'dontAsk' : PERMISSION_MODE[permissions];
+  return tools !== undefined ? 'dontAsk' : PERMISSION_MODE[permissions];
 }
 
 /** Whether Claude would refuse this agent's runs when started as root (bypassPermissions under uid 0). */
@@ -111,11 +117,16 @@ function buildClaudeInvocation(ctx: InvocationContext): Invocation {
   if (tools !== undefined) {
     const builtins = dedupe(tools.filter((t) => !t.startsWith('mcp__')).map(baseToolName));
     argv.push(`--tools=${builtins.join(',')}`);
-    // A narrowed entry such as `Bash(git *)` keeps its pattern as an approval: the tool stays restricted to it
-    // (other uses of the tool are refused in print mode, nobody being there to approve them). At full every
-    // listed entry is approved, standing in for bypassPermissions (see claudePermissionMode).
+    // dontAsk refuses whatever is not approved here. At full every listed entry is approved, standing in for
+    // bypassPermissions; at edit, a listed edit tool is approved in the working directory (standing in for
+    // acceptEdits) and a narrowed entry such as `Bash(git *)` as written, so the tool stays restricted to it.
     if (agent.permissions === 'full') approve.push(...tools);
-    else if (!readOnly) approve.push(...tools.filter((t) => t.includes('(')));
+    else if (!readOnly) {
+      for (const t of tools) {
+        if (t.includes('(')) approve.push(t);
+        else if (EDIT_TOOLS.includes(t)) approve.push(EDIT_IN_CWD);
+      }
+    }
     // An allowlist also covers MCP tools: load no MCP server but the delegate one.
     argv.push('--strict-mcp-config');
   }

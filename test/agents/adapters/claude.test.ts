@@ -44,6 +44,13 @@ describe('claude adapter: invocation', () => {
     expect(flagValue(edit, '--tools')).toBe('Read,Bash');
     expect(flagValue(edit, '--allowedTools')).toBe('Bash(git *)');
     expect(edit).toContain('--strict-mcp-config');
+    // Not acceptEdits, which would also run `rm`, `mkdir`, `cp` in the working directory whatever the list says.
+    expect(flagValue(edit, '--permission-mode')).toBe('dontAsk');
+
+    // A listed edit tool is approved in the working directory, as acceptEdits would; a plain Bash is not approved.
+    const edits = claudeAdapter.buildInvocation(contextOf({ tools: ['Read', 'Edit', 'Write', 'Bash', 'Bash(git *)'] })).argv;
+    expect(flagValue(edits, '--tools')).toBe('Read,Edit,Write,Bash');
+    expect(flagValue(edits, '--allowedTools')).toBe('Edit(./**),Bash(git *)');
 
     const ro = claudeAdapter.buildInvocation(contextOf({ permissions: 'read-only', tools: ['Read', 'Bash', 'Edit'] })).argv;
     expect(flagValue(ro, '--tools')).toBe('Read');
