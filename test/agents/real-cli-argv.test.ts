@@ -170,12 +170,16 @@ const refusedAsRoot = (cli: CliName, variant: Variant): boolean =>
 interface ToolCheck {
   name: string;
   agent: Partial<FrozenAgent>;
-  /** The one tool call the mock makes; `{marker}` in a command is a path in the run's scratch dir. */
+  /** The one tool call the mock makes; `{cwd}` is the run's working directory, `{outside}` a directory outside it. */
   call: { name: string; input: Record<string, unknown> };
   runs: boolean;
   /** What the tool's result must say (when it ran). */
   result?: RegExp;
+  /** A file the call creates: it must exist exactly when the call ran. */
+  creates?: string;
 }
+
+const TOUCH = { name: 'Bash', input: { command: 'touch marker', description: 'marker' } };
 
 /**
  * A pattern in `tools` is enforced by the CLI at run time, which only a tool call shows: the mock asks for one and
@@ -184,10 +188,20 @@ interface ToolCheck {
 const TOOL_CHECKS: Partial<Record<CliName, ToolCheck[]>> = {
   claude: [
     { name: 'full, Bash(git *): a git command runs', agent: { permissions: 'full', tools: ['Read', 'Bash(git *)'] }, call: { name: 'Bash', input: { command: 'git --version', description: 'version' } }, runs: true, result: /git version/ },
-    { name: 'full, Bash(git *): another command is refused', agent: { permissions: 'full', tools: ['Read', 'Bash(git *)'] }, call: { name: 'Bash', input: { command: 'touch {marker}', description: 'marker' } }, runs: false },
-    { name: 'edit, Bash(git *): another command is refused', agent: { permissions: 'edit', tools: ['Read', 'Bash(git *)'] }, call: { name: 'Bash', input: { command: 'touch {marker}', description: 'marker' } }, runs: false },
+    { name: 'full, Bash(git *): another command is refused', agent: { permissions: 'full', tools: ['Read', 'Bash(git *)'] }, call: TOUCH, runs: false, creates: '{cwd}/marker' },
+    // acceptEdits would run it: it approves file commands (touch, mkdir, rm, cp) in the working directory.
+    { name: 'edit, Bash(git *): another command is refused', agent: { permissions: 'edit', tools: ['Read', 'Edit', 'Bash(git *)'] }, call: TOUCH, runs: false, creates: '{cwd}/marker' },
+    { name: 'edit, Bash(git *): a git command runs', agent: { permissions: 'edit', tools: ['Read', 'Bash(git *)'] }, call: { name: 'Bash', input: { command: 'git --version', description: 'version' } }, runs: true, result: /git version/ },
     // The control: the same call does run when the list grants the whole tool.
-    { name: 'full, Bash: any command runs', agent: { permissions: 'full', tools: ['Read', 'Bash'] }, call: { name: 'Bash', input: { command: 'touch {marker}', description: 'marker' } }, runs: true },
+    { name: 'full, Bash: any command runs', agent: { permissions: 'full', tools: ['Read', 'Bash'] }, call: TOUCH, runs: true, creates: '{cwd}/marker' },
+    // Edits at edit with a list: in the working directory, as acceptEdits would, and not outside it.
+    { name: 'edit, Write: a file in the working directory is written', agent: { permissions: 'edit', tools: ['Read', 'Write'] }, call: { name: 'Write', input: { file_path: '{cwd}/written.txt', content: 'x' } }, runs: true, creates: '{cwd}/written.txt' },
+    { name: 'edit, Write: a file outside the working directory is refused', agent: { permissions: 'edit', tools: ['Read', 'Write'] }, call: { name: 'Write', input: { file_path: '{outside}/written.txt', content: 'x' } }, runs: false, creates: '{outside}/written.txt' },
+  ],
+  opencode: [
+    { name: 'full, bash(git *): a git command runs', agent: { permissions: 'full', tools: ['read', 'bash(git *)'] }, call: { name: 'bash', input: { command: 'git --version', description: 'version' } }, runs: true, result: /git version/ },
+    { name: 'full, bash(git *): another command is refused', agent: { permissions: 'full', tools: ['read', 'bash(git *)'] }, call: { ...TOUCH, name: 'bash' }, runs: false, creates: '{cwd}/marker' },
+    { name: 'full, bash: any command runs', agent: { permissions: 'full', tools: ['read', 'bash'] }, call: { ...TOUCH, name: 'bash' }, runs: true, creates: '{cwd}/marker' },
   ],
 };
 
@@ -287,7 +301,7 @@ function runInvocation(
   cli: CliName,
   ctx: InvocationContext,
   inv: Invocation,
-  { timeoutMs = RUN_TIMEOUT_MS, mock = false, toolCall }: { timeoutMs?: number; mock?: boolean; toolCall?: ToolCheck['call'] } = {},
+  { timeoutMs = RUN_TIMEOUT_MS, mock = false, toolCall, workDir }: { timeoutMs?: number; mock?: boolean; toolCall?: ToolCheck['call']; workDir?: string } = {},
 ): Promise<RunResult> {
   for (const file of inv.files ?? []) {
     mkdirSync(path.dirname(file.path), { recursive: true, mode: 0o700 });
@@ -295,7 +309,8 @@ function runInvocation(
   }
   if (inv.taskVia === 'file') writeFileSync(ctx.taskFile, TASK, { mode: 0o600 });
   const home = mkdtempSync(path.join(os.tmpdir(), `real-cli-home-${cli}-`));
-  const cwd = mkdtempSync(path.join(os.tmpdir(), `real-cli-cwd-${cli}-`));
+  // A given working directory is the caller's to look into afterwards (and to remove).
+  const cwd = workDir ?? mkdtempSync(path.join(os.tmpdir(), `real-cli-cwd-${cli}-`));
   const tmp = mkdtempSync(path.join(os.tmpdir(), `real-cli-tmp-${cli}-`));
   chmodSync(tmp, 0o700);
   const env: Record<string, string> = {
@@ -362,7 +377,7 @@ function runInvocation(
     child.on('close', (code, signal) => {
       clearTimeout(timer);
       killGroup('SIGKILL'); // Nothing of the run outlives it.
-      for (const dir of [home, cwd, tmp]) rmSync(dir, { recursive: true, force: true });
+      for (const dir of workDir ? [home, tmp] : [home, cwd, tmp]) rmSync(dir, { recursive: true, force: true });
       resolve({ code, signal, timedOut, stoppedEarly, stdout, stderr, ms: Date.now() - started, ...(mock ? { mock: offeredTools(mockLog) } : {}) });
     });
   });
@@ -411,9 +426,12 @@ for (const cli of Object.keys(VARIANTS) as CliName[]) {
         it(`tool call: ${check.name}`, async () => {
           const variant: Variant = { name: check.name, agent: check.agent };
           const ctx = contextFor(cli, variant);
-          const marker = path.join(ctx.scratchDir, 'marker');
-          const call = JSON.parse(JSON.stringify(check.call).replaceAll('{marker}', marker)) as ToolCheck['call'];
-          const result = await runInvocation(cli, ctx, adapter.buildInvocation(ctx), { mock: true, toolCall: call });
+          // Commands work inside the working directory: opencode refuses paths outside it whenever there is a list.
+          const workDir = mkdtempSync(path.join(ctx.scratchDir, 'cwd-'));
+          const outside = mkdtempSync(path.join(ctx.scratchDir, 'outside-'));
+          const fill = (text: string) => text.replaceAll('{cwd}', workDir).replaceAll('{outside}', outside);
+          const call = JSON.parse(fill(JSON.stringify(check.call))) as ToolCheck['call'];
+          const result = await runInvocation(cli, ctx, adapter.buildInvocation(ctx), { mock: true, toolCall: call, workDir });
           process.stderr.write(`[real-cli] ${cli} / tool call ${check.name} (mock): ${summary(result)} results=${JSON.stringify(result.mock!.toolResults).slice(0, 300)}\n`);
           expect(result.code, summary(result)).toBe(0);
           // The CLI answered the call (ran it or refused it) and went on to the final answer.
@@ -421,7 +439,7 @@ for (const cli of Object.keys(VARIANTS) as CliName[]) {
           const [toolResult] = result.mock!.toolResults;
           expect(toolResult!.isError, toolResult!.text).toBe(!check.runs);
           if (check.result) expect(toolResult!.text).toMatch(check.result);
-          if (JSON.stringify(check.call).includes('{marker}')) expect(existsSync(marker), toolResult!.text).toBe(check.runs);
+          if (check.creates) expect(existsSync(fill(check.creates)), toolResult!.text).toBe(check.runs);
         });
       }
 
