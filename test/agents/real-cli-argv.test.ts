@@ -9,8 +9,9 @@
  * run against test/fixtures/cli-output/mock-provider.mjs, started inside the run's network namespace: each must end
  * with exit 0 and the mock's answer, and the tools opencode offered the model (logged by the mock) must be exactly
  * what the variant's permissions allow. The negative control there is a broken permission config, which shows up as
- * tools offered that should not be. claude runs offline and against the mock too; there, scripted tool calls show a
- * `Bash(git *)` entry enforced at run time (a git command runs, another is refused; a plain `Bash` is the control).
+ * tools offered that should not be. claude and gemini run offline and against the mock too. Scripted tool calls
+ * (claude, opencode) show a `Bash(git *)` entry enforced at run time: a git command runs, another is refused, and a
+ * plain `Bash` (the control) runs it.
  *
  * Cold cache: the install runs first (top-level await; ≈ 1.3 GB, about a minute here). A CLI whose package cannot
  * be installed is skipped with the reason printed; the rest still run.
@@ -91,6 +92,8 @@ interface Variant {
   /** Against the mock provider: tools the CLI must offer the model, and (when set) the only ones it may offer. */
   offers?: string[];
   offersOnly?: string[];
+  /** Tools the CLI must not offer (when the level forbids a few tools of an open-ended set). */
+  withholds?: string[];
 }
 
 const BODY = 'You review diffs.\n"Quotes", back\\slashes, $VARS and a line starting with --dashes.';
@@ -109,9 +112,11 @@ const VARIANTS: Record<CliName, Variant[]> = {
     { name: 'full', agent: { permissions: 'full' } },
   ],
   gemini: [
-    { name: 'read-only, tools, model, delegate', agent: { permissions: 'read-only', tools: ['read_file', 'glob'] }, model: 'gemini-2.5-pro', delegate: true },
-    { name: 'edit', agent: { permissions: 'edit' } },
-    { name: 'full', agent: { permissions: 'full' } },
+    { name: 'read-only, tools, model, delegate', agent: { permissions: 'read-only', tools: ['read_file', 'glob'] }, model: 'gemini-2.5-pro', delegate: true, offers: ['read_file', 'glob'], offersOnly: ['read_file', 'glob'] },
+    { name: 'edit', agent: { permissions: 'edit' }, offers: ['read_file', 'write_file', 'replace'], withholds: ['run_shell_command', 'invoke_agent', 'save_memory'] },
+    // The level narrows the list: the shell is dropped at edit.
+    { name: 'edit, tools', agent: { permissions: 'edit', tools: ['read_file', 'write_file', 'run_shell_command'] }, offers: ['read_file', 'write_file'], offersOnly: ['read_file', 'write_file'] },
+    { name: 'full', agent: { permissions: 'full' }, offers: ['run_shell_command', 'write_file', 'replace', 'read_file'] },
   ],
   pi: [
     { name: 'read-only, model', agent: { permissions: 'read-only' }, model: 'anthropic/claude-sonnet-4-5' },
@@ -158,6 +163,13 @@ const MOCK_SETUP: Partial<Record<CliName, (home: string) => Record<string, strin
     return { ANTHROPIC_API_KEY: 'sk-ant-fake-for-the-mock-provider' };
   },
   claude: () => ({ ANTHROPIC_API_KEY: 'sk-ant-fake-for-the-mock-provider', MOCK_URL_VARS: 'ANTHROPIC_BASE_URL' }),
+  gemini: (home) => {
+    // The API-key auth method is chosen in the user's settings; the adapter's system settings layer leaves it alone.
+    mkdirSync(path.join(home, '.gemini'), { recursive: true });
+    writeFileSync(path.join(home, '.gemini', 'settings.json'), JSON.stringify({ security: { auth: { selectedType: 'gemini-api-key' } } }));
+    // A fixed default model: "auto" first asks a router model for a classification the mock does not give.
+    return { GEMINI_API_KEY: 'fake-for-the-mock-provider', GEMINI_MODEL: 'gemini-2.5-flash', MOCK_URL_VARS: 'GOOGLE_GEMINI_BASE_URL' };
+  },
 };
 
 /** CLIs whose offline runs prove nothing (they only wait for the time limit): they run against the mock alone. */
@@ -248,6 +260,7 @@ function toolComplaints(variant: Variant, offered: Set<string>): string[] {
   const complaints: string[] = [];
   for (const t of variant.offers ?? []) if (!offered.has(t)) complaints.push(`${t} not offered`);
   if (variant.offersOnly) for (const t of offered) if (!variant.offersOnly.includes(t)) complaints.push(`${t} offered but not granted`);
+  for (const t of variant.withholds ?? []) if (offered.has(t)) complaints.push(`${t} offered but not granted`);
   return complaints;
 }
 
