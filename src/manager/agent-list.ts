@@ -1,11 +1,12 @@
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
+import { claudeRefusesAsRoot } from '../agents/adapters/claude.js';
 import { adapterFor } from '../agents/adapters/index.js';
 import { shortError } from '../agents/adapters/shared.js';
 import { buildAgentEnv } from '../agents/agent-env.js';
 import { resolveBin } from '../agents/resolve-bin.js';
-import { BACKENDS, type Backend } from '../agents/types.js';
+import { BACKENDS, type Backend, type Permission } from '../agents/types.js';
 import { locateBackend, loadFullCatalog, catalogFor } from './agent-resolver.js';
 import type { ManagerContext } from './context.js';
 
@@ -21,7 +22,7 @@ export async function listAgents(ctx: ManagerContext): Promise<AgentListing> {
   return {
     agents: [...agents.values()].sort((a, b) => a.name.localeCompare(b.name)).map((d) => {
       const { problem } = locateBackend(d, ctx);
-      const warnings = definitionWarnings(d);
+      const warnings = definitionWarnings(d, { uid: process.getuid?.(), agentEnv: () => agentEnvOf(d, ctx) });
       return {
         name: d.name, description: d.description, backend: d.backend, source: d.source, trusted: d.trusted,
         available: problem === null, ...(problem ? { problem } : {}), ...(warnings.length ? { warnings } : {}),
@@ -32,16 +33,33 @@ export async function listAgents(ctx: ManagerContext): Promise<AgentListing> {
   };
 }
 
+export const CLAUDE_ROOT_WARNING =
+  'permissions: full runs Claude Code with --permission-mode=bypassPermissions, which it refuses under root (uid 0): every run of this agent here fails ("cannot be used with root/sudo privileges"). Run the server as a non-root user, give the agent a tools list (full with tools approves just those instead of bypassing), lower it to permissions: edit, or, inside a disposable sandbox, pass IS_SANDBOX=1 through SUBAGENTS_PASS_ENV.';
+
 /**
- * What a definition asks for that its backend ignores: the agent still runs (so it is no `problem`), but without it.
- * A silent `delegate: true` on a CLI that cannot take MCP servers would leave its author expecting nested runs.
+ * What a definition asks for that its backend ignores or cannot do here: the agent stays launchable (so it is no
+ * `problem` — the CLI may be a wrapper, and the condition can change without the file changing), but its author
+ * would otherwise learn it only from a failed run. A silent `delegate: true` on a CLI that cannot take MCP servers
+ * would leave them expecting nested runs; a claude agent at `full` under root fails every run.
  */
-function definitionWarnings(d: { backend: Backend; delegate: boolean }): string[] {
+export function definitionWarnings(
+  d: { backend: Backend; delegate: boolean; permissions: Permission; tools?: string[] },
+  here: { uid: number | undefined; agentEnv: () => Record<string, string> },
+): string[] {
   const warnings: string[] = [];
   if (d.delegate && adapterFor(d.backend)?.supportsDelegate === false) {
     warnings.push(`delegate: true is ignored: the ${d.backend} backend cannot be given this server as an MCP server, so this agent cannot launch runs of its own. Remove delegate, or use a backend that supports it (${BACKENDS.filter((b) => adapterFor(b)?.supportsDelegate).join(', ')}).`);
   }
+  // Claude lets root bypass permissions only when IS_SANDBOX=1 reaches it, which this server never sets itself.
+  if (d.backend === 'claude' && here.uid === 0 && claudeRefusesAsRoot(d.permissions, d.tools) && here.agentEnv().IS_SANDBOX !== '1') {
+    warnings.push(CLAUDE_ROOT_WARNING);
+  }
   return warnings;
+}
+
+/** The environment a run of this agent would get from this process (as the runner builds it, minus its additions). */
+function agentEnvOf(d: { backend: Backend; env: string[] }, ctx: Pick<ManagerContext, 'settings' | 'env'>): Record<string, string> {
+  return buildAgentEnv({ source: ctx.env, passEnv: ctx.settings.passEnv, credentialEnv: adapterFor(d.backend)?.credentialEnv ?? [], agentEnv: d.env, extra: {} });
 }
 
 /** One agent CLI as this process finds it: where, which version, and why it is unusable if it is. */

@@ -11,7 +11,7 @@ import { readLedger } from '../store/ledger.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { SessionRegistry } from '../store/session-registry.js';
 import { checkStateHome } from '../store/state-home.js';
-import { listAgents, listBackends } from './agent-list.js';
+import { CLAUDE_ROOT_WARNING, listAgents, listBackends } from './agent-list.js';
 import { loadFullCatalog } from './agent-resolver.js';
 import type { ManagerContext } from './context.js';
 import { listAll } from './listing.js';
@@ -148,6 +148,10 @@ export async function runDoctor(ctx: ManagerContext, version: string): Promise<D
   const listing = await listAgents(ctx);
   const catalog = await loadFullCatalog(ctx);
   if (listing.refused.length) warnings.push(`${listing.refused.length} agent file(s) refused (see agents)`);
+  const rootRefused = listing.agents.filter((a) => a.warnings?.includes(CLAUDE_ROOT_WARNING)).map((a) => a.name);
+  if (rootRefused.length) {
+    warnings.push(`running as root: Claude Code refuses permissions: full (bypassPermissions) under root, so every run of ${rootRefused.join(', ')} fails here (see agents)`);
+  }
 
   const patterns = s.passEnv.map((p) => globToRegExp(p));
   const names = Object.keys(ctx.env).filter((n) => ctx.env[n] !== undefined && ctx.env[n] !== '').sort();

@@ -121,7 +121,7 @@ export const AgentsOutput = z.object({
   agents: z.array(z.object({
     name: z.string(), description: z.string(), backend: z.string(), source: z.string(), trusted: z.boolean(),
     available: z.boolean(), problem: z.string().optional(),
-    warnings: z.array(z.string()).optional().describe('What the definition asks for that its backend ignores (e.g. delegate: true on pi or command); the agent still runs without it'),
+    warnings: z.array(z.string()).optional().describe('What the definition asks for that its backend ignores or cannot do here (e.g. delegate: true on pi or command; a claude agent at full under root); the agent stays launchable'),
     models: z.array(z.string()).optional(),
   })),
   refused: z.array(z.object({ name: z.string().optional(), path: z.string(), source: z.string(), reason: z.string() })),

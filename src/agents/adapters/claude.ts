@@ -33,6 +33,26 @@ const PERMISSION_MODE: Record<Permission, string> = {
   'full': 'bypassPermissions',
 };
 
+/** Built-in tools that edit files: one `Edit(…)` rule governs them all. */
+const EDIT_TOOLS = ['Edit', 'Write', 'NotebookEdit', 'MultiEdit'];
+/** An edit rule for the working directory and below: what acceptEdits approves, as an allow rule. */
+const EDIT_IN_CWD = 'Edit(./**)';
+
+/**
+ * The `--permission-mode` of a run. With a `tools` list, every level uses dontAsk and approves exactly what the list
+ * and level allow (see buildClaudeInvocation): bypassPermissions (full) would approve every use of a listed tool,
+ * turning `Bash(git *)` into any command, and acceptEdits (edit) also approves file commands such as `rm`, `mkdir`
+ * and `cp` in the working directory, whatever the list says.
+ */
+export function claudePermissionMode(permissions: Permission, tools: string[] | undefined): string {
+  return tools !== undefined ? 'dontAsk' : PERMISSION_MODE[permissions];
+}
+
+/** Whether Claude would refuse this agent's runs when started as root (bypassPermissions under uid 0). */
+export function claudeRefusesAsRoot(permissions: Permission, tools: string[] | undefined): boolean {
+  return claudePermissionMode(permissions, tools) === 'bypassPermissions';
+}
+
 export const claudeAdapter: BackendAdapter = {
   backend: 'claude',
   binName: 'claude',
@@ -86,7 +106,7 @@ function buildClaudeInvocation(ctx: InvocationContext): Invocation {
     '--output-format=stream-json',
     '--verbose',
     `--append-system-prompt-file=${ctx.systemPromptFile}`,
-    `--permission-mode=${PERMISSION_MODE[agent.permissions]}`,
+    `--permission-mode=${claudePermissionMode(agent.permissions, agent.tools)}`,
   ];
   const model = explicitModel(ctx);
   if (model) argv.push(`--model=${model}`);
@@ -97,9 +117,16 @@ function buildClaudeInvocation(ctx: InvocationContext): Invocation {
   if (tools !== undefined) {
     const builtins = dedupe(tools.filter((t) => !t.startsWith('mcp__')).map(baseToolName));
     argv.push(`--tools=${builtins.join(',')}`);
-    // A narrowed entry such as `Bash(git *)` keeps its pattern as an approval: the tool stays restricted to it
-    // (other uses of the tool are refused in print mode, nobody being there to approve them).
-    if (!readOnly) approve.push(...tools.filter((t) => t.includes('(')));
+    // dontAsk refuses whatever is not approved here. At full every listed entry is approved, standing in for
+    // bypassPermissions; at edit, a listed edit tool is approved in the working directory (standing in for
+    // acceptEdits) and a narrowed entry such as `Bash(git *)` as written, so the tool stays restricted to it.
+    if (agent.permissions === 'full') approve.push(...tools);
+    else if (!readOnly) {
+      for (const t of tools) {
+        if (t.includes('(')) approve.push(t);
+        else if (EDIT_TOOLS.includes(t)) approve.push(EDIT_IN_CWD);
+      }
+    }
     // An allowlist also covers MCP tools: load no MCP server but the delegate one.
     argv.push('--strict-mcp-config');
   }
@@ -113,7 +140,7 @@ function buildClaudeInvocation(ctx: InvocationContext): Invocation {
     // Print mode cannot ask for approval: the delegate tools must be pre-approved or every call is refused.
     approve.push(`mcp__${DELEGATE_SERVER_NAME}`);
   }
-  if (approve.length > 0) argv.push(`--allowedTools=${approve.join(',')}`);
+  if (approve.length > 0) argv.push(`--allowedTools=${dedupe(approve).join(',')}`);
   return { argv, taskVia: 'stdin', ...(files.length > 0 ? { files } : {}) };
 }
 

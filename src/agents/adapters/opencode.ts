@@ -102,9 +102,16 @@ export function permissionConfig(
 ): Record<string, unknown> | undefined {
   const levelTools = level === 'read-only' ? READ_ONLY_TOOLS : level === 'edit' ? EDIT_TOOLS : undefined;
   let allowed: Set<string> | undefined;
+  // `bash(git *)`: the tool allowed only where its pattern matches (opencode's object form of a rule).
+  const patterns = new Map<string, string[]>();
   if (tools !== undefined) {
-    const requested = tools.map((t) => t.trim().toLowerCase()).map((t) => TOOL_ALIASES[t] ?? t);
-    allowed = new Set(levelTools ? requested.filter((t) => levelTools.includes(t)) : requested);
+    allowed = new Set();
+    for (const entry of tools) {
+      const { name, pattern } = splitEntry(entry);
+      if (levelTools && !levelTools.includes(name)) continue;
+      if (pattern === undefined) allowed.add(name);
+      else patterns.set(name, [...(patterns.get(name) ?? []), pattern]);
+    }
   } else if (levelTools) {
     allowed = new Set(levelTools);
   }
@@ -112,12 +119,25 @@ export function permissionConfig(
 
   // "*" first: rules are matched last-one-wins, so the named tools below override it.
   const rules: Record<string, unknown> = { '*': 'deny' };
-  for (const tool of KNOWN_TOOLS) rules[tool] = allowed.has(tool) ? (tool === 'read' ? READ_RULE : 'allow') : 'deny';
-  for (const tool of allowed) if (!(tool in rules)) rules[tool] = 'allow';
+  const ruleFor = (tool: string): unknown => {
+    if (allowed.has(tool)) return tool === 'read' ? READ_RULE : 'allow';
+    const only = patterns.get(tool);
+    return only ? Object.fromEntries([['*', 'deny'], ...only.map((p) => [p, 'allow'])]) : 'deny';
+  };
+  for (const tool of KNOWN_TOOLS) rules[tool] = ruleFor(tool);
+  for (const tool of [...allowed, ...patterns.keys()]) if (!(tool in rules)) rules[tool] = ruleFor(tool);
   // Never wait on a question nobody can answer; leaving the working directory stays with the level's rules.
   rules.doom_loop = 'deny';
   if (delegate) rules[`${DELEGATE_SERVER_NAME}_*`] = 'allow';
   return rules;
+}
+
+/** `Bash(git *)` → bash with pattern `git *`; `write` → edit. */
+function splitEntry(entry: string): { name: string; pattern?: string } {
+  const m = /^([^(]+)\((.*)\)$/s.exec(entry.trim());
+  const raw = (m ? m[1]! : entry).trim().toLowerCase();
+  const name = TOOL_ALIASES[raw] ?? raw;
+  return m ? { name, pattern: m[2]!.trim() } : { name };
 }
 
 /**

@@ -1,6 +1,6 @@
 import { writeFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
-import { claudeAdapter } from '../../../src/agents/adapters/claude.js';
+import { claudeAdapter, claudeRefusesAsRoot } from '../../../src/agents/adapters/claude.js';
 import { DELEGATE, HOSTILE_TASK, contextOf, fixtureLines, flagValue, parse } from './context.js';
 
 describe('claude adapter: invocation', () => {
@@ -44,6 +44,13 @@ describe('claude adapter: invocation', () => {
     expect(flagValue(edit, '--tools')).toBe('Read,Bash');
     expect(flagValue(edit, '--allowedTools')).toBe('Bash(git *)');
     expect(edit).toContain('--strict-mcp-config');
+    // Not acceptEdits, which would also run `rm`, `mkdir`, `cp` in the working directory whatever the list says.
+    expect(flagValue(edit, '--permission-mode')).toBe('dontAsk');
+
+    // A listed edit tool is approved in the working directory, as acceptEdits would; a plain Bash is not approved.
+    const edits = claudeAdapter.buildInvocation(contextOf({ tools: ['Read', 'Edit', 'Write', 'Bash', 'Bash(git *)'] })).argv;
+    expect(flagValue(edits, '--tools')).toBe('Read,Edit,Write,Bash');
+    expect(flagValue(edits, '--allowedTools')).toBe('Edit(./**),Bash(git *)');
 
     const ro = claudeAdapter.buildInvocation(contextOf({ permissions: 'read-only', tools: ['Read', 'Bash', 'Edit'] })).argv;
     expect(flagValue(ro, '--tools')).toBe('Read');
@@ -51,6 +58,32 @@ describe('claude adapter: invocation', () => {
 
     const none = claudeAdapter.buildInvocation(contextOf({ tools: [] })).argv;
     expect(none).toContain('--tools=');
+  });
+
+  it('at full with a tools list, approves exactly the listed entries instead of bypassing permissions', () => {
+    const full = claudeAdapter.buildInvocation(contextOf({ permissions: 'full', tools: ['Read', 'Edit', 'Bash(git *)', 'mcp__subagents__launch'] })).argv;
+    // bypassPermissions would run any command once Bash is available; dontAsk refuses what is not approved.
+    expect(flagValue(full, '--permission-mode')).toBe('dontAsk');
+    expect(flagValue(full, '--tools')).toBe('Read,Edit,Bash');
+    expect(flagValue(full, '--allowedTools')).toBe('Read,Edit,Bash(git *),mcp__subagents__launch');
+    expect(full).toContain('--strict-mcp-config');
+    expect(full.some((a) => a.startsWith('--disallowedTools'))).toBe(false);
+
+    const none = claudeAdapter.buildInvocation(contextOf({ permissions: 'full', tools: [] })).argv;
+    expect(flagValue(none, '--permission-mode')).toBe('dontAsk');
+    expect(none).toContain('--tools=');
+    expect(flagValue(none, '--allowedTools')).toBeUndefined();
+
+    const delegating = claudeAdapter.buildInvocation(
+      contextOf({ permissions: 'full', tools: ['Read'], delegate: true }, { delegateServer: DELEGATE }),
+    ).argv;
+    expect(flagValue(delegating, '--allowedTools')).toBe('Read,mcp__subagents');
+
+    // Without a list, full is Claude's own bypass mode (which it refuses as root).
+    expect(flagValue(claudeAdapter.buildInvocation(contextOf({ permissions: 'full' })).argv, '--permission-mode')).toBe('bypassPermissions');
+    expect(claudeRefusesAsRoot('full', undefined)).toBe(true);
+    expect(claudeRefusesAsRoot('full', ['Read'])).toBe(false);
+    expect(claudeRefusesAsRoot('edit', undefined)).toBe(false);
   });
 
   it('gives the delegate server through an MCP config file and pre-approves its tools', () => {

@@ -43,6 +43,20 @@ describe('opencode adapter: invocation', () => {
     expect(permissionConfig('full', ['mytool'], false)).toMatchObject({ mytool: 'allow', read: 'deny' });
   });
 
+  it('restricts a tool listed with a pattern to that pattern, where the level allows the tool', () => {
+    const full = permissionConfig('full', ['read', 'Bash(git *)', 'bash(npm test)'], false)!;
+    // Last match wins: "*" denies first, the patterns allow after it.
+    expect(full.bash).toEqual({ '*': 'deny', 'git *': 'allow', 'npm test': 'allow' });
+    expect(Object.keys(full.bash as object)[0]).toBe('*');
+    expect(full).toMatchObject({ '*': 'deny', edit: 'deny' });
+    // A plain entry grants the whole tool.
+    expect(permissionConfig('full', ['bash', 'bash(git *)'], false)!.bash).toBe('allow');
+    // A level that forbids the tool drops it, pattern or not.
+    expect(permissionConfig('edit', ['read', 'bash(git *)'], false)!.bash).toBe('deny');
+    expect(permissionConfig('edit', ['edit(src/**)'], false)!.edit).toEqual({ '*': 'deny', 'src/**': 'allow' });
+    expect(permissionConfig('full', ['mytool(x)'], false)!.mytool).toEqual({ '*': 'deny', x: 'allow' });
+  });
+
   it('names the model only when one is chosen', () => {
     expect(flagValue(opencodeAdapter.buildInvocation(contextOf({ backend: 'opencode', model: 'inherit' })).argv, '--model')).toBeUndefined();
     expect(flagValue(opencodeAdapter.buildInvocation(contextOf({ backend: 'opencode', model: 'anthropic/claude-sonnet-4-5' })).argv, '--model')).toBe('anthropic/claude-sonnet-4-5');
