@@ -8,6 +8,7 @@ import { readJsonFile } from '../store/json-file.js';
 import { RunPaths } from '../store/layout.js';
 import { selfIdentity } from '../process/identity.js';
 import { waitForFile } from './wait-for-file.js';
+import { claimStartQuickly } from './claim-start.js';
 import { installClockJump } from './test-clock.js';
 import type { RunRecord } from '../store/run-types.js';
 
@@ -66,9 +67,10 @@ async function main(): Promise<number> {
     return 3;
   }
   fault('after-proceed');
+  const claimed = claimStartQuickly(paths, me);
   const { supervise, settleLocks } = await supervisorLoading;
   try {
-    return await supervise(record, paths, me);
+    return await supervise(record, paths, me, claimed);
   } finally {
     await settleLocks(); // never exit with a lock acquisition in flight (it would leave a lock nobody holds)
   }

@@ -72,11 +72,14 @@ interface StepText {
 
 const NO_TEXT: StepText = { file: null, cap: 0 };
 
-/** Claims the start (the server may have given up meanwhile), then executes the run to its terminal state. */
-export async function supervise(record: RunRecord, paths: RunPaths, me: ProcessIdentity): Promise<number> {
+/**
+ * Claims the start (the server may have given up meanwhile) unless the runner's entry already did (`claimed`), then
+ * executes the run to its terminal state.
+ */
+export async function supervise(record: RunRecord, paths: RunPaths, me: ProcessIdentity, claimed: RunStatus | null = null): Promise<number> {
   const layout = new Layout(path.dirname(path.dirname(paths.dir)));
   const store = new RunStore(layout);
-  const started = await persistently(() => store.update(record.runId, (s) => (s.state === 'starting'
+  const started = claimed ?? await persistently(() => store.update(record.runId, (s) => (s.state === 'starting'
     ? { ...s, state: 'running', startedAt: new Date().toISOString(), runner: me }
     : null), { durable: true }));
   if (started.state !== 'running' || started.runner?.pid !== me.pid) {
