@@ -23,10 +23,14 @@ export interface Started {
  * Starts the built server as a real child process and connects the SDK client over stdio, with exactly the
  * environment given (plus the SDK's minimal defaults).
  */
-export async function startServer(env: Record<string, string>, o: { args?: string[]; cwd?: string; name?: string } = {}): Promise<Started> {
+export async function startServer(env: Record<string, string>, o: { args?: string[]; cwd?: string; name?: string; umask?: string } = {}): Promise<Started> {
+  const argv = [MAIN_JS, 'serve', ...(o.args ?? [])];
+  // With `umask` (octal, e.g. '027'), a shell sets it and execs the server in its place (same pid): the umask the user
+  // started it with, which the server must hand on to its agents.
+  if (o.umask !== undefined && !/^[0-7]{3,4}$/.test(o.umask)) throw new Error(`bad umask ${o.umask}`);
   const transport = new StdioClientTransport({
-    command: process.execPath,
-    args: [MAIN_JS, 'serve', ...(o.args ?? [])],
+    command: o.umask === undefined ? process.execPath : '/bin/sh',
+    args: o.umask === undefined ? argv : ['-c', `umask ${o.umask} && exec "$0" "$@"`, process.execPath, ...argv],
     env: { ...getDefaultEnvironment(), ...env },
     cwd: o.cwd,
     stderr: 'pipe',
