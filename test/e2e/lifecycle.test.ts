@@ -10,6 +10,12 @@ import { exitWithin, FAKE, identityOf, ledger, pidsMentioning, readJson, runDirs
 /** The server must be gone within 2 s of stdin EOF or a signal (SPEC §8.9); the slack absorbs a loaded machine. */
 const EXIT_BOUND_MS = 2000 + 1500;
 
+/** Prints the measured exit time: the bound has slack, so the figure itself shows how close to 2 s the server is. */
+function reportExit(what: string, since: number, exited: unknown): void {
+  const ms = Math.round(performance.now() - since);
+  console.info(`${what}: the server ${exited ? `exited after ${ms} ms` : `had not exited after ${ms} ms`} (SPEC 2000 ms, test bound ${EXIT_BOUND_MS} ms)`);
+}
+
 /** The run's status once its first step's agent is running (its pid recorded). */
 async function runningWithPid(s: Started, runId: string): Promise<Record<string, any>> {
   const end = performance.now() + 15_000;
@@ -98,8 +104,10 @@ describe('processes dying around a run', () => {
     const s1 = await start({ SUBAGENTS_SESSION_ID: sessionId });
     const l = sc(await s1.call('launch', { agent: 'sleeper', task: 'outlive the server' }));
     const proc = serverProcess(s1);
+    const eofAt = performance.now();
     proc.stdin!.end();
     const exited = await exitWithin(proc, EXIT_BOUND_MS);
+    reportExit('stdin EOF', eofAt, exited);
     expect(exited, 'the server did not exit after stdin EOF').not.toBeNull();
     expect(exited!.code).toBe(0);
     expect(s1.stderr()).toContain('stdin closed');
@@ -188,8 +196,11 @@ describe('processes dying around a run', () => {
     // The runner exists (it hangs before ready); then the client goes away.
     expect(await until(() => runDirs(t.home).length === 1 && pidsMentioning(path.join(t.home, 'runs', runDirs(t.home)[0]!)).length > 0)).toBe(true);
     const runDir = path.join(t.home, 'runs', runDirs(t.home)[0]!);
+    const eofAt = performance.now();
     proc.stdin!.end();
-    expect(await exitWithin(proc, EXIT_BOUND_MS), 'the server did not exit after stdin EOF').not.toBeNull();
+    const exited = await exitWithin(proc, EXIT_BOUND_MS);
+    reportExit('stdin EOF during a handshake', eofAt, exited);
+    expect(exited, 'the server did not exit after stdin EOF').not.toBeNull();
     await launch;
     const status = readJson(path.join(runDir, 'status.json'));
     expect(status.state).toBe('failed');
