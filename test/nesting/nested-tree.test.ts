@@ -80,8 +80,10 @@ describe('nested delegation through a real MCP client inside an agent', () => {
     t = tempStateHome();
     agents();
     const s = await start({ SUBAGENTS_MAX_DEPTH: '2' });
-    const inner = { launches: [{ agent: 'echo', task: 'too deep' }], wait: true };
-    const plan = { launches: [{ agent: 'delegate', task: JSON.stringify(inner) }], wait: true };
+    // Both nested servers are told a larger limit: the tree's recorded limit (the root server's 2) must win.
+    const serverEnv = { SUBAGENTS_MAX_DEPTH: '9' };
+    const inner = { launches: [{ agent: 'echo', task: 'too deep' }], wait: true, serverEnv };
+    const plan = { launches: [{ agent: 'delegate', task: JSON.stringify(inner) }], wait: true, serverEnv };
     const l = await s.call('launch', { agent: 'delegate', task: JSON.stringify(plan) });
     const fin = await waitTerminal(s, sc(l).runId);
     expect(fin.state).toBe('completed');
@@ -91,6 +93,7 @@ describe('nested delegation through a real MCP client inside an agent', () => {
     expect(innerRep.env.SUBAGENTS_DEPTH).toBe('2');
     expect(innerRep.results[0]!.isError).toBe(true);
     expect(innerRep.results[0]!.text).toMatch(/^DEPTH_EXCEEDED: .*depth 2.*depth 3/);
+    expect(readRun(t.home, rep.finals[0].runId).record.limits.maxDepth).toBe(2);
     // Refused before anything was written: the root and the one nested run only.
     expect(runIds(t.home)).toHaveLength(2);
   });
