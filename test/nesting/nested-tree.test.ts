@@ -80,8 +80,10 @@ describe('nested delegation through a real MCP client inside an agent', () => {
     t = tempStateHome();
     agents();
     const s = await start({ SUBAGENTS_MAX_DEPTH: '2' });
-    const inner = { launches: [{ agent: 'echo', task: 'too deep' }], wait: true };
-    const plan = { launches: [{ agent: 'delegate', task: JSON.stringify(inner) }], wait: true };
+    // Both nested servers are told a larger limit: the tree's recorded limit (the root server's 2) must win.
+    const serverEnv = { SUBAGENTS_MAX_DEPTH: '9' };
+    const inner = { launches: [{ agent: 'echo', task: 'too deep' }], wait: true, serverEnv };
+    const plan = { launches: [{ agent: 'delegate', task: JSON.stringify(inner) }], wait: true, serverEnv };
     const l = await s.call('launch', { agent: 'delegate', task: JSON.stringify(plan) });
     const fin = await waitTerminal(s, sc(l).runId);
     expect(fin.state).toBe('completed');
@@ -91,6 +93,7 @@ describe('nested delegation through a real MCP client inside an agent', () => {
     expect(innerRep.env.SUBAGENTS_DEPTH).toBe('2');
     expect(innerRep.results[0]!.isError).toBe(true);
     expect(innerRep.results[0]!.text).toMatch(/^DEPTH_EXCEEDED: .*depth 2.*depth 3/);
+    expect(readRun(t.home, rep.finals[0].runId).record.limits.maxDepth).toBe(2);
     // Refused before anything was written: the root and the one nested run only.
     expect(runIds(t.home)).toHaveLength(2);
   });
@@ -228,6 +231,39 @@ describe('nested delegation through a real MCP client inside an agent', () => {
     // A refused batch claimed nothing: root 1 + the admitted single 1.
     expect(fin.fanout.used).toBe(2);
   });
+
+  it.each(['before-ready', 'after-ready'])('a nested launch whose runner dies %s returns its fan-out claim and reserved agent slot', async (fault) => {
+    t = tempStateHome();
+    agents();
+    // Exactly enough for the two root members and ONE nested agent, in budget and in agent slots: B's nested launch
+    // fits only if A's failed one gave both back. A is still alive (its server too) when B launches, so no liveness
+    // pruning can return A's reserved slot in its place.
+    const s = await start({ SUBAGENTS_MAX_AGENTS: '3', SUBAGENTS_MAX_SPAWNS_PER_RUN: '3' });
+    const aResults = path.join(t.base, 'a-results.json');
+    const bResults = path.join(t.base, 'b-results.json');
+    // The fault reaches only A's server (and so only the runner of A's nested launch).
+    const a = { launches: [{ agent: 'echo', task: 'never starts' }], resultsFile: aResults, holdFile: bResults, serverEnv: { SUBAGENTS_TEST_FAULT: fault } };
+    const b = { launches: [{ agent: 'echo', task: 'fits' }], goFile: aResults, resultsFile: bResults, wait: true };
+    const l = await s.call('launch', { tasks: [{ agent: 'delegate', task: JSON.stringify(a) }, { agent: 'delegate', task: JSON.stringify(b) }], concurrency: 2 });
+    expect(l.isError, textOf(l)).toBeFalsy();
+    const rootId = sc(l).runId as string;
+    const fin = await waitTerminal(s, rootId, 90_000);
+    expect(fin.state).toBe('completed');
+    const [repA, repB] = [0, 1].map((m) => report(fs.readFileSync(path.join(t.home, 'runs', rootId, 'out', `0.${m}.txt`), 'utf8')));
+    expect(repA!.results[0]!.isError).toBe(true);
+    expect(repA!.results[0]!.text).toMatch(/^HANDSHAKE_FAILED: .*No agent was started and nothing is held/);
+    expect(repB!.results[0]!.isError, repB!.results[0]!.text).toBe(false);
+    expect(repB!.finals[0].state).toBe('completed');
+    // A's launch is recorded failed; it started no agent and the tree paid only for agents that started.
+    const failedId = runIds(t.home).find((id) => id !== rootId && id !== repB!.results[0]!.structured.runId)!;
+    const failed = readRun(t.home, failedId).status;
+    expect(failed.state).toBe('failed');
+    expect(failed.error.code).toBe('HANDSHAKE_FAILED');
+    expect(failed.steps[0].startedAt).toBeNull();
+    expect(runIds(t.home)).toHaveLength(3);
+    expect(fin.fanout).toEqual({ used: 3, limit: 3, remaining: 0 });
+    await until(() => { const x = readLedger(t.home); return !Object.keys(x.roots).length && !Object.keys(x.trees).length && !Object.keys(x.agents).length; }, 'an empty ledger');
+  }, 120_000);
 
   it('an invalid or expired SUBAGENTS_BUDGET makes the server top-level', async () => {
     t = tempStateHome();
