@@ -5,7 +5,6 @@ import { pruneAgentSlots } from '../runner/agent-slots.js';
 import { withLedger, readLedger, type Ledger } from '../store/ledger.js';
 import type { RunStore } from '../store/run-store.js';
 import { treeIsLive } from '../store/run-tree.js';
-import type { StepSpec } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';
 
 /** When this process first saw each unbound reservation (monotonic clock: wall-clock jumps change nothing). */
@@ -43,12 +42,6 @@ export function pruneRoots(l: Ledger, handshakeTimeoutMs: number, store: RunStor
   for (const runId of firstSeenUnbound.keys()) if (!l.roots[runId]) firstSeenUnbound.delete(runId);
 }
 
-/** The agent slots a nested launch needs to start at once: its first step's width. */
-export function firstStepWidth(steps: StepSpec[]): number {
-  const s = steps[0];
-  if (!s) return 0;
-  return s.kind === 'agent' ? 1 : Math.min(s.concurrency, s.members.length);
-}
 
 export interface ReserveRequest {
   runId: string;

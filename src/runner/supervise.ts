@@ -531,7 +531,7 @@ class Executor {
       else if (st.startedAt === null) unstarted++;
     }
     await withLedger(this.layout, (l) => {
-      releaseRunSlotsLocked(l, this.runId); // slots a nested launch reserved and no agent took
+      releaseRunSlotsLocked(l, this.runId); // a single run's agent slot, and slots a nested launch reserved that no agent took
       const tree = l.trees[this.record.rootRunId];
       if (tree && unstarted > 0) tree.used = Math.max(0, tree.used - unstarted);
       // The root ends last (its steps waited for their nested runs), so its tree has normally ended by now. If a

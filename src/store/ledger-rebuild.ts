@@ -4,7 +4,7 @@ import { Layout } from './layout.js';
 import type { AgentSlot, Ledger, RootReservation, TreeBudget } from './ledger.js';
 import { RunStore } from './run-store.js';
 import { descendants, readyIdentity, runMayBeLive, safeRecord, safeStatus } from './run-tree.js';
-import { isTerminalRun, type RunRecord, type StepSpec, type StepStatus } from './run-types.js';
+import { firstStepWidth, isTerminalRun, type RunRecord, type StepSpec, type StepStatus } from './run-types.js';
 
 /** Agent processes a step starts: the fan-out claim it made. */
 const claimsOf = (s: StepSpec): number => (s.kind === 'agent' ? 1 : s.members.length);
@@ -49,10 +49,9 @@ export function rebuildLedger(ledgerFile: string): Ledger {
           l.agents[`${runId}:${st.key}`] = slot;
           live = true;
         }
-      } else if (status?.state === 'starting' && live && rec.depth > 0 && rec.steps[0]) {
+      } else if (status?.state === 'starting' && live && rec.depth > 0) {
         // A nested launch still handshaking holds its first step's slots (its runner takes them over).
-        const first = rec.steps[0];
-        const width = first.kind === 'agent' ? 1 : Math.min(first.concurrency, first.members.length);
+        const width = firstStepWidth(rec.steps);
         const ready = readyIdentity(store, runId);
         const holder = isAlive(ready) ? ready! : rec.server;
         for (let i = 0; i < width; i++) l.agents[`${runId}:reserved:${i}`] = { runner: holder, agent: null, at: now, root: rec.rootRunId };

@@ -113,3 +113,10 @@ export interface AppendRecord {
   acceptedAt: string;
   step: StepSpec;
 }
+
+/** The agent slots a nested launch needs to start at once: its first step's width (what it reserves, what a rebuild restores). */
+export function firstStepWidth(steps: StepSpec[]): number {
+  const s = steps[0];
+  if (!s) return 0;
+  return s.kind === 'agent' ? 1 : Math.min(s.concurrency, s.members.length);
+}
