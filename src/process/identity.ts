@@ -1,5 +1,4 @@
 import fs from 'node:fs';
-import { execFileSync } from 'node:child_process';
 
 /** A process as a pid *and* its start time: a pid alone may have been reused by an unrelated process. */
 export interface ProcessIdentity {
@@ -15,6 +14,15 @@ export interface ProcessInfo extends ProcessIdentity {
 }
 
 const HAS_PROC = process.platform === 'linux' && fs.existsSync('/proc/self/stat');
+
+/**
+ * `ps`, where there is no /proc (macOS). child_process is loaded only then: the runner reads its own identity before
+ * it reports ready, and importing child_process there cost ~3 ms of every launch's boot.
+ */
+function ps(args: string[]): string {
+  const { execFileSync } = process.getBuiltinModule('node:child_process');
+  return execFileSync('ps', args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+}
 
 /** Parses /proc/<pid>/stat; the command name may contain spaces and parentheses, so fields are read after the last ')'. */
 function parseStat(pid: number, text: string): ProcessInfo | null {
@@ -35,7 +43,7 @@ export function readProcessInfo(pid: number): ProcessInfo | null {
     }
   }
   try {
-    const out = execFileSync('ps', ['-o', 'ppid=,pgid=,stat=,lstart=', '-p', String(pid)], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] }).trim();
+    const out = ps(['-o', 'ppid=,pgid=,stat=,lstart=', '-p', String(pid)]).trim();
     const m = /^(\d+)\s+(\d+)\s+(\S+)\s+(.+)$/.exec(out);
     if (!m) return null;
     return { pid, ppid: Number(m[1]), pgid: Number(m[2]), state: m[3]![0]!, startTime: m[4]!.trim() };
@@ -79,7 +87,7 @@ export function listProcesses(): ProcessInfo[] {
     return out;
   }
   try {
-    const text = execFileSync('ps', ['-A', '-o', 'pid=,ppid=,pgid=,stat=,lstart='], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
+    const text = ps(['-A', '-o', 'pid=,ppid=,pgid=,stat=,lstart=']);
     for (const line of text.split('\n')) {
       const m = /^\s*(\d+)\s+(\d+)\s+(\d+)\s+(\S+)\s+(.+)$/.exec(line);
       if (m) out.push({ pid: Number(m[1]), ppid: Number(m[2]), pgid: Number(m[3]), state: m[4]![0]!, startTime: m[5]!.trim() });

@@ -1,6 +1,5 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { randomBytes } from 'node:crypto';
 import { SubagentError } from '../errors.js';
 import { fsPort } from './fs-port.js';
 
@@ -51,9 +50,21 @@ export async function writeFileAtomicAsync(file: string, data: string | Uint8Arr
   if (durable && options.syncDir !== false) await fsyncDirAsync(path.dirname(file));
 }
 
+let tempSeq = 0;
+
+/**
+ * A temp name beside `file` that no other writer uses: the pid and a counter are unique among live processes, and the
+ * random tail keeps a dead writer's leftover (its pid since reused) from colliding; O_EXCL refuses any collision
+ * anyway. Not node:crypto: the runner writes before it reports ready, and loading crypto cost ~4 ms of every launch.
+ */
+function tempNameFor(file: string): string {
+  const tail = Math.floor(Math.random() * 0x1000000).toString(36);
+  return path.join(path.dirname(file), `.${path.basename(file)}.${process.pid}.${(tempSeq++).toString(36)}${tail}.tmp`);
+}
+
 /** A unique temp beside `file`, written whole (not yet synced). */
 function openTemp(file: string, data: string | Uint8Array): { tmp: string; fd: number } {
-  const tmp = path.join(path.dirname(file), `.${path.basename(file)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
+  const tmp = tempNameFor(file);
   const bytes = typeof data === 'string' ? Buffer.from(data) : data;
   let fd: number | undefined;
   try {
@@ -62,7 +73,7 @@ function openTemp(file: string, data: string | Uint8Array): { tmp: string; fd: n
     while (off < bytes.length) off += fsPort.writeSync(fd, bytes.subarray(off));
     return { tmp, fd };
   } catch (e) {
-    abandonTemp(tmp, fd);
+    if (fd !== undefined) abandonTemp(tmp, fd); // not opened: the name may be another writer's (EEXIST), leave it
     throw writeFailure(file, e);
   }
 }
@@ -128,11 +139,13 @@ export function describeStateFile(file: string): string {
 export function createFileExclusive(file: string, data: string, options: AtomicWriteOptions = {}): boolean {
   const durable = options.durable ?? true;
   const dir = path.dirname(file);
-  const tmp = path.join(dir, `.${path.basename(file)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
+  const tmp = tempNameFor(file);
   let fd: number | undefined;
+  let opened = false;
   let linking = false;
   try {
     fd = fsPort.openSync(tmp, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW, 0o600);
+    opened = true;
     fsPort.writeSync(fd, Buffer.from(data));
     if (durable) fsPort.fsyncSync(fd);
     fsPort.closeSync(fd);
@@ -144,7 +157,7 @@ export function createFileExclusive(file: string, data: string, options: AtomicW
     throw writeFailure(file, e);
   } finally {
     if (fd !== undefined) try { fs.closeSync(fd); } catch { /* ignore */ }
-    try { fs.unlinkSync(tmp); } catch { /* ignore */ }
+    if (opened) try { fs.unlinkSync(tmp); } catch { /* ignore */ } // else the name may be another writer's
   }
   if (durable) fsyncDir(dir);
   return true;
