@@ -28,8 +28,11 @@ const COMMON = {
   // for the lock directories proper-lockfile makes (mkdir, stat, utimes, rmdir), and loading it (it clones and patches
   // fs, and pulls in assert and stream) was ~8 ms of CPU at every server start and every runner's supervisor load.
   alias: { 'graceful-fs': path.join(repo, 'scripts', 'bundle-shims', 'graceful-fs.cjs') },
-  // CommonJS dependencies (proper-lockfile, commander) call require() on built-ins.
-  banner: { js: "import{createRequire as __subagentsRequire}from'node:module';const require=__subagentsRequire(import.meta.url);" },
+  // CommonJS dependencies (proper-lockfile, commander) call require() on built-ins, and only on built-ins (esbuild
+  // inlines every package they require). process.getBuiltinModule serves those without createRequire: importing
+  // node:module and reading import.meta in each of ~30 chunks was ~3 ms of CPU at every start, and its path work
+  // pushed Node's URL and path helpers over V8's optimizing threshold while the server sat idle (idle RSS, +4 MiB).
+  banner: { js: "const require=(id)=>{const m=process.getBuiltinModule(id);if(m===void 0)throw new Error('Dynamic require of \"'+id+'\" is not supported');return m};" },
 };
 
 export async function bundle() {
