@@ -35,6 +35,30 @@ const COMMON = {
   banner: { js: "const require=(id)=>{const m=process.getBuiltinModule(id);if(m===void 0)throw new Error('Dynamic require of \"'+id+'\" is not supported');return m};" },
 };
 
+/**
+ * An esbuild plugin that leaves the given import specifiers out of a bundle, rewritten to another file of dist/: how
+ * the separately bundled programs load each other (and the shared YAML parser) at run time.
+ */
+function linkedFiles(map) {
+  const names = Object.keys(map).map((k) => k.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&'));
+  return {
+    name: 'linked-files',
+    setup(build) {
+      build.onResolve({ filter: new RegExp(`^(${names.join('|')})$`) }, (args) => ({ path: map[args.path], external: true }));
+    },
+  };
+}
+
+/** The server bundle takes scripts/bundle-shims/sdk-ajv-provider.mjs for the SDK's Ajv provider (it says why). */
+const sdkAjvShim = {
+  name: 'sdk-ajv-shim',
+  setup(build) {
+    build.onResolve({ filter: /(^|\/)validation\/ajv(-provider\.js)?$/ }, (args) => (
+      args.path === '@modelcontextprotocol/sdk/validation/ajv' || args.importer.includes(`${path.sep}@modelcontextprotocol${path.sep}sdk${path.sep}`)
+        ? { path: path.join(repo, 'scripts', 'bundle-shims', 'sdk-ajv-provider.mjs') } : undefined));
+  },
+};
+
 export async function bundle() {
   if (process.env.SUBAGENTS_NO_BUNDLE === '1') {
     // A stale bundled supervisor must not outlive the tsc build it came from: the runner would prefer it.
@@ -51,13 +75,36 @@ export async function bundle() {
   }
   const tmp = fs.mkdtempSync(path.join(dist, '.bundle-'));
   try {
+    // Three programs, each bundled on its own, meeting only at the specifiers `linkedFiles` rewrites:
+    // - dist/main.js, the bin: a few lines that pick `serve` or the command line;
+    // - dist/server.js, everything a server runs, in one file (no chunks): one module to resolve at start instead of
+    //   ~30. Module bodies still run only when first imported (esbuild keeps a lazy import lazy inside one file);
+    // - dist/cli.js and its chunks, the command line (its commands load when used). Its `serve` imports server.js,
+    //   so a process never holds two copies of the server's modules.
+    // The YAML parser (~110 KiB) is dist/yaml.js, shared by both and loaded at the first agent file read.
+    const linked = linkedFiles({
+      './mcp/server-entry.js': './server.js', '../mcp/server-entry.js': './server.js',
+      './cli/program.js': './cli.js', yaml: './yaml.js',
+    });
+    await esbuild.build({ entryPoints: { main: path.join(repo, 'src', 'main.ts') }, outdir: tmp, ...COMMON, plugins: [linked] });
     await esbuild.build({
-      entryPoints: [path.join(repo, 'src', 'main.ts')],
+      entryPoints: { server: path.join(repo, 'src', 'mcp', 'server-entry.ts') },
       outdir: tmp,
-      entryNames: '[name]',
+      ...COMMON,
+      plugins: [linked, sdkAjvShim],
+    });
+    await esbuild.build({
+      entryPoints: { cli: path.join(repo, 'src', 'cli', 'program.ts') },
+      outdir: tmp,
       chunkNames: 'chunk-[hash]',
       ...COMMON,
       splitting: true,
+      plugins: [linked],
+    });
+    await esbuild.build({
+      stdin: { contents: "import yaml from 'yaml'; export default yaml;", resolveDir: repo, sourcefile: 'yaml-entry.js' },
+      outfile: path.join(tmp, 'yaml.js'),
+      ...COMMON,
     });
     // The runner's supervisor as one file: the runner loads it between ready and proceed, and a launch waits for
     // that (one file loads in about half the time of its ~30-module graph). It lands in dist/ itself, like the

@@ -1,5 +1,4 @@
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
 import {
   CallToolRequestSchema, CompleteRequestSchema, ListResourcesRequestSchema, ListResourceTemplatesRequestSchema,
   ListToolsRequestSchema, ReadResourceRequestSchema, SubscribeRequestSchema, UnsubscribeRequestSchema,
@@ -31,8 +30,6 @@ export interface ServerHandle {
  * tools/list is served from the list the build rendered, and the core (./core.js) loads right after the client's
  * `initialized`, or at the first request that needs it, whichever comes first.
  */
-let ajv: AjvJsonSchemaValidator | undefined;
-
 export function createServer(o: Omit<CoreOptions, 'server'> & {
   version: string;
   onClient?: (name: string, version: string) => void;
@@ -47,9 +44,9 @@ export function createServer(o: Omit<CoreOptions, 'server'> & {
       completions: {},
     },
     instructions: INSTRUCTIONS,
-    // The SDK's default builds an Ajv instance with every format at construction; it validates only elicitation
-    // answers, which this server never asks for. Built on first use instead (idle RSS and cold start).
-    jsonSchemaValidator: { getValidator: (schema) => (ajv ??= new AjvJsonSchemaValidator()).getValidator(schema) },
+    // The SDK validates JSON Schemas only for answers to elicitation requests, which this server never sends. Its
+    // default builds Ajv with every format (idle RSS and cold start), and the bundle leaves Ajv out altogether.
+    jsonSchemaValidator: { getValidator: () => { throw new Error('this server sends no elicitation requests, so it validates no answers to them'); } },
   });
   let loading: Promise<Core> | null = null;
   let loaded: Core | null = null;
