@@ -57,9 +57,11 @@ let tempSeq = 0;
  * random tail keeps a dead writer's leftover (its pid since reused) from colliding; O_EXCL refuses any collision
  * anyway. Not node:crypto: the runner writes before it reports ready, and loading crypto cost ~4 ms of every launch.
  */
-function tempNameFor(file: string): string {
-  const tail = Math.floor(Math.random() * 0x1000000).toString(36);
-  return path.join(path.dirname(file), `.${path.basename(file)}.${process.pid}.${(tempSeq++).toString(36)}${tail}.tmp`);
+export function tempNameFor(file: string): string {
+  // Hex only: removeStaleTemps (and doctor) know a temp by `.<name>.<pid>.<hex>.tmp`. The tail is fixed-width, so
+  // counter + tail never reads the same for two counters.
+  const tail = Math.floor(Math.random() * 0x1000000).toString(16).padStart(6, '0');
+  return path.join(path.dirname(file), `.${path.basename(file)}.${process.pid}.${(tempSeq++).toString(16)}${tail}.tmp`);
 }
 
 /** A unique temp beside `file`, written whole (not yet synced). */

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createFileExclusive, ensurePrivateDir, writeFileAtomic } from '../../src/store/atomic-write.js';
+import { createFileExclusive, ensurePrivateDir, removeStaleTemps, tempNameFor, writeFileAtomic } from '../../src/store/atomic-write.js';
 import { overrideFsPort } from '../../src/store/fs-port.js';
 
 const errno = (code: string) => Object.assign(new Error(`${code}: injected`), { code });
@@ -25,6 +25,15 @@ describe('writeFileAtomic', () => {
     expect(fs.readFileSync(f, 'utf8')).toBe('{"a":2}');
     expect(fs.statSync(f).mode & 0o777).toBe(0o600);
     expect(leftovers()).toEqual([]);
+  });
+
+  it('names temps so that the sweep of a dead writer\'s leftovers recognises them', () => {
+    const names = Array.from({ length: 50 }, () => tempNameFor(path.join(dir, 'status.json')));
+    expect(new Set(names).size).toBe(50);
+    for (const n of names) fs.writeFileSync(n, 'partial');
+    fs.writeFileSync(path.join(dir, 'status.json'), '{}');
+    expect(removeStaleTemps(dir, process.pid)).toBe(50);
+    expect(fs.readdirSync(dir)).toEqual(['status.json']);
   });
 
   it.each(['openSync', 'writeSync', 'fsyncSync', 'renameSync'] as const)('a failing %s leaves the old content and no temp file', (call) => {
