@@ -130,20 +130,23 @@ export async function indexRun(layout: Layout, sessionIds: Array<string | null |
 /**
  * Run directories that appeared in `runs/` while this process lives, indexed or not (copied in, or made by an older
  * version): the directory is re-read only when its size, link count or mtime changed, and only new names are kept.
- * The names present at the first look are the index's business.
+ * The names present at the first look are the index's business. At most one re-read per APPEARED_RESCAN_MS: every
+ * launch on the home changes `runs/`, and reading 10 000 names took ~7.5 ms, up to three times per launch (the run
+ * watcher's scans); a run made by these means alone shows within that delay instead.
  */
-const appeared = new Map<string, { sig: string; names: Set<string>; added: Set<string> }>();
+const appeared = new Map<string, { sig: string; names: Set<string>; added: Set<string>; readAtMs: number }>();
+const APPEARED_RESCAN_MS = 2000;
 
 function appearedRunIds(layout: Layout): Set<string> {
   let st: fs.Stats;
   try { st = fs.statSync(layout.runsDir); } catch { return new Set(); }
   const sig = `${st.ino}:${st.nlink}:${st.size}:${st.mtimeMs}`;
   let a = appeared.get(layout.home);
-  if (a && a.sig === sig) return a.added;
+  if (a && (a.sig === sig || performance.now() - a.readAtMs < APPEARED_RESCAN_MS)) return a.added;
   let names: string[] = [];
   try { names = fs.readdirSync(layout.runsDir).filter(isRunId); } catch { /* none */ }
   if (!a) {
-    a = { sig, names: new Set(names), added: new Set() };
+    a = { sig, names: new Set(names), added: new Set(), readAtMs: performance.now() };
     appeared.set(layout.home, a);
     return a.added;
   }
@@ -152,6 +155,7 @@ function appearedRunIds(layout: Layout): Set<string> {
   for (const n of a.added) if (!now.has(n)) a.added.delete(n);
   a.names = now;
   a.sig = sig;
+  a.readAtMs = performance.now();
   return a.added;
 }
 

@@ -47,4 +47,30 @@ describe('run index', () => {
     fs.rmSync(path.join(t.home, 'runs', ra), { recursive: true, force: true });
     expect(sc(await a2.call('status', {})).runs).toEqual([]);
   });
+
+  it('lists a run directory that appears without an index line (copied in, or an older version\'s) once runs/ is re-read', async () => {
+    t = tempStateHome();
+    writeAgent(path.join(t.home, 'agents'), 'instant', { backend: 'command', command: ['true'] });
+    const a = await start(SID_A);
+    const ra = sc(await a.call('launch', { agent: 'instant', task: 'x' })).runId as string;
+    await waitTerminal(a, ra);
+    // A copy of its record and status under a new id (what a listing reads; the runner may still be tidying the rest
+    // of its directory), renamed in whole and indexed nowhere.
+    const copy = `r-${'c'.repeat(24)}`;
+    const tmp = path.join(t.base, copy);
+    fs.mkdirSync(tmp, { mode: 0o700 });
+    for (const name of ['run.json', 'status.json']) {
+      const was = JSON.parse(fs.readFileSync(path.join(t.home, 'runs', ra, name), 'utf8'));
+      fs.writeFileSync(path.join(tmp, name), JSON.stringify({ ...was, runId: copy, ...(name === 'run.json' ? { rootRunId: copy } : {}) }));
+    }
+    fs.renameSync(tmp, path.join(t.home, 'runs', copy));
+    expect(fs.readFileSync(path.join(t.home, 'index', `${SID_A}.runs`), 'utf8')).not.toContain(copy);
+    // runs/ is re-read at most every 2 s (every launch changes it, and a home may hold 10 000 runs): poll for it.
+    let ids: string[] = [];
+    for (let i = 0; i < 100 && !ids.includes(copy); i++) {
+      ids = sc(await a.call('status', {})).runs.map((r: { runId: string }) => r.runId);
+      if (!ids.includes(copy)) await new Promise((r) => setTimeout(r, 100));
+    }
+    expect(ids).toEqual(expect.arrayContaining([ra, copy]));
+  });
 });

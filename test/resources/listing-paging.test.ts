@@ -36,7 +36,8 @@ describe('resources: list pagination, completion, paged reads', () => {
   beforeAll(async () => {
     w = world();
     s = await w.start();
-    first = (await launchOk(s, { agent: 'echo', task: 'the original' })).runId;
+    const original = await launchOk(s, { agent: 'echo', task: 'the original' });
+    first = original.runId;
     flood = (await launchOk(s, { agent: 'flood', task: 'x' })).runId;
     multi = (await launchOk(s, { agent: 'echo', task: MULTI })).runId;
     for (const id of [first, flood, multi]) expect((await waitTerminal(s, id)).state).toBe('completed');
@@ -55,6 +56,8 @@ describe('resources: list pagination, completion, paged reads', () => {
       fs.renameSync(tmp, path.join(runs, id));
       clones.push(id);
     }
+    // Listed through the session's run index, as a launch's runs are (runs/ itself is re-read at most every 2 s).
+    fs.appendFileSync(path.join(w.t.home, 'index', `${encodeURIComponent(original.sessionId)}.runs`), clones.map((id) => `${id}\n`).join(''));
   });
   afterAll(async () => { await w.cleanup(); });
 
