@@ -58,7 +58,6 @@ async function main(): Promise<number> {
     process.stderr.write('runner: the launch was ended before this runner reported ready; exiting without starting an agent\n');
     return 3;
   }
-  const warming = warmSupervisorBuiltins();
   // A server that never says proceed (it died, or gave up) must not leave us waiting: exit on our own.
   const proceed = await waitForFile(paths.proceed, record.handshakeTimeoutMs);
   if (!proceed) {
@@ -67,7 +66,6 @@ async function main(): Promise<number> {
   }
   fault('after-proceed');
   const claimed = claimStartQuickly(paths, me);
-  await warming;
   const { supervise, settleLocks } = await loadSupervisor();
   try {
     return await supervise(record, paths, me, claimed);
@@ -85,21 +83,11 @@ main().then(
 );
 
 /**
- * Node's modules the supervisor uses, loaded while we wait for proceed, one per turn of the event loop: compiling
- * each takes a few ms, and a turn between them lets a proceed that arrives meanwhile through. (Loading the whole
- * supervisor here held a proceed unseen for ~11 ms, and the launch waits for the start that follows it.)
- */
-async function warmSupervisorBuiltins(): Promise<void> {
-  for (const name of ['node:child_process', 'node:crypto', 'node:os']) {
-    try { await import(name); } catch { /* the supervisor's own import reports it */ }
-    await new Promise((r) => setImmediate(r));
-  }
-}
-
-/**
  * The supervisor, loaded once the start is claimed (the launch has its answer by then, unless the quick claim could
  * not take the run lock and the supervisor claims): the build's one-file bundle when there is one
- * (dist/runner-supervisor.js), else the module graph (a tsc-only build, or running from source).
+ * (dist/runner-supervisor.js), else the module graph (a tsc-only build, or running from source). Nothing loads while
+ * we wait for proceed: compiling the supervisor then held a proceed unseen for ~11 ms, and even Node's own modules
+ * loaded in turns delayed it by ~3 ms and took CPU from the other runners of concurrent launches.
  */
 function loadSupervisor(): Promise<typeof import('./supervise.js')> {
   const bundled = new URL('../runner-supervisor.js', import.meta.url);
