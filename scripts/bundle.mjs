@@ -83,12 +83,12 @@ export async function bundle() {
     //   so a process never holds two copies of the server's modules.
     // The YAML parser (~110 KiB) is dist/yaml.js, shared by both and loaded at the first agent file read.
     const linked = linkedFiles({
-      './mcp/server-entry.js': './server.js', '../mcp/server-entry.js': './server.js',
+      './server-entry.js': './server.js', '../server-entry.js': './server.js',
       './cli/program.js': './cli.js', yaml: './yaml.js',
     });
     await esbuild.build({ entryPoints: { main: path.join(repo, 'src', 'main.ts') }, outdir: tmp, ...COMMON, plugins: [linked] });
     await esbuild.build({
-      entryPoints: { server: path.join(repo, 'src', 'mcp', 'server-entry.ts') },
+      entryPoints: { server: path.join(repo, 'src', 'server-entry.ts') },
       outdir: tmp,
       ...COMMON,
       plugins: [linked, sdkAjvShim],

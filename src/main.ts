@@ -12,7 +12,7 @@ const first = argv[0];
 const wantsHelp = argv.some((a) => a === '--help' || a === '-h');
 
 if (!wantsHelp && (first === undefined || first === 'serve' || (first.startsWith('--') && first !== '--version' && first !== '-V'))) {
-  const { serve, parseServeFlags } = await import('./mcp/server-entry.js');
+  const { serve, parseServeFlags } = await import('./server-entry.js');
   const rest = first === 'serve' ? argv.slice(1) : argv;
   await serve(parseServeFlags(rest), packageVersion());
 } else {

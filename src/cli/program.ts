@@ -96,7 +96,7 @@ Examples:
 
   withSettingFlags(program.command('serve').description('speak MCP on stdio (the default when no command is given)'))
     .action(act(async (_o: unknown, cmd: Command) => {
-      const { serve } = await import('../mcp/server-entry.js');
+      const { serve } = await import('../server-entry.js');
       await serve(settingFlags(cmd), version);
       return 'serving';
     }));

@@ -1,7 +1,0 @@
-/**
- * What `serve` loads: the server and its flag parser. The build bundles this module, with everything it may load
- * later, into one file (dist/server.js): a server then resolves one module instead of ~30 chunks, whose path
- * handling alone made V8 optimize Node's URL and path helpers while the server sat idle (see docs/performance.md).
- */
-export { serve } from './serve.js';
-export { parseServeFlags } from '../cli/serve-flags.js';
