@@ -128,7 +128,9 @@ describe('sessions: restore by lineage across server generations', () => {
     expect(sc(await e.call('status', { runId: later.runId })).adopted).toBe(true);
     release(w.gates.gate!);
     expect((await waitTerminal(e, run.runId)).output.text).toBe('survives the registry');
-    expect(fs.existsSync(path.join(sessionsDir, `${sessA}.json`))).toBe(true);
+    // A, still running, writes its record back on its own: at its next look at the registry (a listing, or the run
+    // watcher's poll), not at any given call, so wait for it.
+    await waitForFile(sessionsDir, (n) => n === `${sessA}.json`);
   }, 150_000); // six servers: a bound on hangs that holds on a loaded two-core machine, not a speed check
 
   it('a link to a session with no runs yet survives the loss of the adopting session\'s file', async () => {
