@@ -5,7 +5,7 @@ import { buildAgentEnv, DEFERRED_CA_CERTS } from '../agents/agent-env.js';
 import type { AgentDefinition } from '../agents/types.js';
 import { SubagentError } from '../errors.js';
 import { newRunId } from '../ids.js';
-import { isAlive } from '../process/identity.js';
+import { isAlive, readIdentity } from '../process/identity.js';
 import { spawnDetached, type DetachedChild } from '../process/spawn-detached.js';
 import { readTail } from '../runner/agent-process.js';
 import { newStepStatus } from '../runner/step-status.js';
@@ -79,6 +79,8 @@ export function claimPaths(steps: StepSpec[], offset = 0): string[] {
  * SPEC §6, in order: validate and resolve → reserve capacity and claim fan-out under the ledger lock → write the
  * run record → spawn the detached runner → ready → bind → proceed → answer. Any failure before proceed records the
  * run failed/HANDSHAKE_FAILED, starts no agent, verifies the runner gone and returns what was reserved.
+ * The bind's ledger write is done while the runner boots, to the identity of the process we started; the ready
+ * report must name that same identity before the bind counts and proceed is sent (docs/architecture.md, "Launch").
  */
 export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signal: AbortSignal; onProgress?: (phase: string) => void }): Promise<LaunchResult> {
   const { settings } = ctx;
@@ -139,13 +141,13 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     v: 1, runId, state: 'starting', error: null, startedAt: null, endedAt: null, updatedAt: record.createdAt,
     runner: null, steps: steps.map((s, i) => newStepStatus(i, s)), appendsTaken: 0, survivors: [],
   };
-  let runPaths;
+  let created;
   try {
     // Indexed first (listings read the index, not every run directory): the index may name a run that was never
     // created (skipped), never miss one that was.
     const indexed = indexRun(ctx.layout, [ctx.sessionId, rootRecord?.sessionId], runId);
     indexed.catch(() => {}); // observed by create, which may fail before it gets there
-    runPaths = await ctx.store.create(record, status, nesting ? {} : { [CATALOG_SNAPSHOT_NAME]: catalogSnapshotJson(ctx, catalog) }, indexed);
+    created = await ctx.store.create(record, status, nesting ? {} : { [CATALOG_SNAPSHOT_NAME]: catalogSnapshotJson(ctx, catalog) }, indexed);
     if (nesting) ctx.store.addChild(nesting.parentRunId, runId, nesting.parentStepKey);
   } catch (e) {
     await releaseReservation(ctx, runId, rootRunId, paths.length).catch(() => {});
@@ -160,17 +162,28 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   let child: DetachedChild | null = null;
   let phase: HandshakePhase = 'spawn';
   let runner = null;
+  const runPaths = created.paths;
+  let started: RunStatus;
   try {
     child = await spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env: runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord), envFor), logFile: runPaths.runnerLog });
     testFault(ctx, 'server-after-spawn');
+    // Bound while the runner boots (the server is idle for those ~30 ms): to the process we started, as /proc shows
+    // it now. Its ready report must then name exactly this process, or the launch fails and releases what it holds.
+    const spawned = child.pid === undefined ? null : readIdentity(child.pid);
+    const early = spawned ? bindReservation(ctx, runId, spawned, nesting !== null) : null;
+    early?.catch(() => {}); // awaited after ready
     const wait = { paths: runPaths, child, deadline, signal: o.signal };
     runner = await awaitReady(wait);
     phase = 'bind';
     o.onProgress?.('ready');
-    await bindReservation(ctx, runId, runner, nesting !== null);
+    if (spawned && spawned.startTime !== runner.startTime) {
+      throw new HandshakeFailure('ready', 'the ready report does not match the runner process that was started', null);
+    }
+    await (early ?? bindReservation(ctx, runId, runner, nesting !== null));
+    await created.durable; // nothing starts, and nothing is acknowledged, of a run whose directory is not on disk
     testFault(ctx, 'server-after-bind');
     phase = 'proceed';
-    const started = await proceedAndAwaitStart(wait, runner);
+    started = await proceedAndAwaitStart(wait, runner);
     // Only the runner sets startedAt (when it claims the start): a run that already ran and ended — a first step that
     // failed at once — started all the same.
     if (started.startedAt === null) throw new HandshakeFailure('proceed', `the run became ${started.state} at its start`, runner);
@@ -178,16 +191,16 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   } catch (e) {
     const failure = e instanceof HandshakeFailure ? e : new HandshakeFailure(phase, e instanceof Error ? e.message : 'unknown failure', runner);
     const outcome = await abandonLaunch(ctx, runId, failure, child?.pid ?? null, runner);
-    if (outcome === 'started') return result(ctx, runId, input.mode, reservation);
+    if (outcome === 'started') return result(ctx, ctx.store.readStatus(runId)!, input.mode, reservation);
     await releaseReservation(ctx, runId, rootRunId, paths.length).catch(() => {});
     throw handshakeError(failure, runId);
   }
   ctx.store.event(runId, { type: 'launched', runnerPid: runner.pid });
-  return result(ctx, runId, input.mode, reservation);
+  return result(ctx, started, input.mode, reservation);
 }
 
-function result(ctx: ManagerContext, runId: string, mode: RunMode, r: Reservation): LaunchResult {
-  const s = ctx.store.readStatus(runId)!;
+function result(ctx: ManagerContext, s: RunStatus, mode: RunMode, r: Reservation): LaunchResult {
+  const runId = s.runId;
   const steps = mode === 'parallel'
     ? (s.steps[0]!.members ?? []).map((m) => ({ index: m.index, agent: m.agent, state: m.state }))
     : s.steps.map((st) => ({ index: st.index, agent: st.agent, state: st.state }));

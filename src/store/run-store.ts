@@ -28,9 +28,11 @@ export class RunStore {
   /**
    * Creates the run's directory with its record, status and `extra` files (name → content, e.g. the catalog
    * snapshot), all durable before the directory appears under `runs/` (and not before `publishAfter`, e.g. the run
-   * index's own fsync, has settled: what it makes durable must be so before the run exists).
+   * index's own fsync, has settled: what it makes durable must be so before the run exists). Returns once the
+   * directory is in place, with `durable`, which settles when its name under `runs/` is on disk too: a launch starts
+   * the runner meanwhile (its boot is idle time for the server) and awaits it before it acknowledges anything.
    */
-  async create(record: RunRecord, status: RunStatus, extra: Record<string, string> = {}, publishAfter: Promise<unknown> = Promise.resolve()): Promise<RunPaths> {
+  async create(record: RunRecord, status: RunStatus, extra: Record<string, string> = {}, publishAfter: Promise<unknown> = Promise.resolve()): Promise<{ paths: RunPaths; durable: Promise<void> }> {
     const p = this.paths(record.runId);
     // Built under a hidden temp name and renamed into place: a server killed mid-create leaves no half-record (a run
     // directory without its status), only a temp directory that listings never see and the next server start removes.
@@ -46,15 +48,18 @@ export class RunStore {
       writeFileAtomic(tmp.status, JSON.stringify(status), { durable: false });
       for (const [name, text] of Object.entries(extra)) writeFileAtomic(path.join(tmp.dir, name), text, { durable: false });
       appendEvent(tmp.events, { type: 'created', mode: record.mode, steps: record.steps.length });
-      await Promise.all([fsyncFiles(files), publishAfter]);
-      await fsyncDirAsync(tmp.dir);
+      // The directory's own fsync joins the files' round: both only have to be done before the rename.
+      await Promise.all([fsyncFiles(files), fsyncDirAsync(tmp.dir), publishAfter]);
       fsPort.renameSync(tmp.dir, p.dir);
     } catch (e) {
       try { fs.rmSync(tmp.dir, { recursive: true, force: true }); } catch { /* best effort */ }
       throw e;
     }
-    await fsyncDirAsync(this.layout.runsDir);
-    return p;
+    // The rename is visible now (a runner started after it reads whole files); `durable` is when it survives a
+    // crash of the machine, which is what an acknowledgement needs. A caller awaits it before it answers.
+    const durable = fsyncDirAsync(this.layout.runsDir);
+    durable.catch(() => {}); // observed by the caller; unobserved only when the caller failed first
+    return { paths: p, durable };
   }
 
   exists(runId: string): boolean {

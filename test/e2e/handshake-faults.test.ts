@@ -105,4 +105,24 @@ describe('the runner dies or hangs during the ready/proceed handshake', () => {
     expect(await until(() => pidsMentioning(runDir).length === 0, 5000)).toBe(true);
     expect(await until(() => Object.keys(ledger(t.home).roots).length === 0 && Object.keys(ledger(t.home).trees).length === 0, 5000)).toBe(true);
   });
+
+  it('binds the reservation to the process it started (pid and start time) before ready, and still returns it when ready never comes', async () => {
+    t = tempStateHome();
+    writeAgent(path.join(t.home, 'agents'), 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
+    s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_TEST_FAULT: 'hang-before-ready', SUBAGENTS_HANDSHAKE_TIMEOUT_MS: '4000' });
+    const launch = s.call('launch', { agent: 'echo', task: 'never starts' });
+    // The runner hangs before ready: whatever is bound now was bound during its boot.
+    expect(await until(() => runDirs(t!.home).length === 1 && Object.values(ledger(t!.home).roots).some((r: any) => r.runner !== null), 3000)).toBe(true);
+    const runId = runDirs(t.home)[0]!;
+    const bound = ledger(t.home).roots[runId].runner as { pid: number; startTime: string };
+    const stat = fs.readFileSync(`/proc/${bound.pid}/stat`, 'utf8');
+    expect(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19]).toBe(bound.startTime);
+    expect(pidsMentioning(path.join(t.home, 'runs', runId))).toContain(bound.pid);
+    const r = await launch;
+    expect(r.isError).toBe(true);
+    expect(textOf(r)).toMatch(/^HANDSHAKE_FAILED: .*spawn phase: the handshake timed out/);
+    expect(ledger(t.home).roots).toEqual({});
+    expect(ledger(t.home).trees).toEqual({});
+    expect(await until(() => pidsMentioning(path.join(t!.home, 'runs', runId)).length === 0, 5000)).toBe(true);
+  });
 });
