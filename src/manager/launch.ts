@@ -9,6 +9,7 @@ import { isAlive, readIdentity } from '../process/identity.js';
 import { spawnDetached, type DetachedChild } from '../process/spawn-detached.js';
 import { readTail } from '../runner/agent-process.js';
 import { newStepStatus } from '../runner/step-status.js';
+import type { PreparedRun, PublishedRun } from '../store/run-store.js';
 import { firstStepWidth, type AgentTaskSpec, type RunMode, type RunRecord, type RunStatus, type StepSpec } from '../store/run-types.js';
 import { CATALOG_SNAPSHOT_NAME, catalogFor, catalogSnapshotJson, freezeAgent } from './agent-resolver.js';
 import { bindReservation, releaseReservation, reserve, type Reservation } from './capacity.js';
@@ -107,23 +108,6 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   const runId = newRunId();
   const rootRunId = nesting ? nesting.rootRunId : runId;
 
-  let reservation: Reservation;
-  try {
-    // A nested run's agent cap is the tree's (its server's own environment is the agent's, not the operator's).
-    const nested = nesting ? { rootRunId, agentSlots: firstStepWidth(steps), maxAgents: parentRecord?.maxAgents ?? settings.maxAgents } : null;
-    reservation = await reserve(ctx, { runId, claims: paths.length, claimPaths: paths, nested, treeLimits: limits });
-    testFault(ctx, 'server-after-reserve');
-  } catch (e) {
-    if (e instanceof SubagentError && e.code === 'CAPACITY_EXHAUSTED' && !nesting) {
-      const mine = ownActiveRuns(ctx).slice(0, 5);
-      const hint = mine.length
-        ? ` Your active runs: ${mine.join(', ')}; wait on one with status { runId, waitMs } (until: "terminal"), or cancel one.`
-        : ' None of them belong to this session; wait with status { waitMs } and retry.';
-      throw new SubagentError('CAPACITY_EXHAUSTED', `${e.message} in this state home (SUBAGENTS_MAX_ACTIVE_RUNS).${hint}`);
-    }
-    throw e;
-  }
-
   const handshakeTimeoutMs = parentRecord?.handshakeTimeoutMs ?? settings.handshakeTimeoutMs;
   const record: RunRecord = {
     v: 1, runId, sessionId: ctx.sessionId, mode: input.mode, cwd, label: input.label ?? null,
@@ -141,13 +125,43 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     v: 1, runId, state: 'starting', error: null, startedAt: null, endedAt: null, updatedAt: record.createdAt,
     runner: null, steps: steps.map((s, i) => newStepStatus(i, s)), appendsTaken: 0, survivors: [],
   };
-  let created;
+  // A nested run's agent cap is the tree's (its server's own environment is the agent's, not the operator's).
+  const nested = nesting ? { rootRunId, agentSlots: firstStepWidth(steps), maxAgents: parentRecord?.maxAgents ?? settings.maxAgents } : null;
+  // Reserved first (SPEC §6). While the reservation's ledger write is on the disk, this thread writes the run's
+  // directory under a hidden name: nothing sees it until it is published, after the reservation holds.
+  const reserving = reserve(ctx, { runId, claims: paths.length, claimPaths: paths, nested, treeLimits: limits });
+  reserving.catch(() => {}); // awaited below
+  let prepared: PreparedRun | null = null;
+  let prepareFailure: unknown = null;
   try {
+    prepared = ctx.store.prepare(record, status, nesting ? {} : { [CATALOG_SNAPSHOT_NAME]: catalogSnapshotJson(ctx, catalog) });
+  } catch (e) {
+    prepareFailure = e;
+  }
+  let reservation: Reservation;
+  try {
+    reservation = await reserving;
+    testFault(ctx, 'server-after-reserve');
+  } catch (e) {
+    if (prepared) ctx.store.discard(prepared);
+    if (e instanceof SubagentError && e.code === 'CAPACITY_EXHAUSTED' && !nesting) {
+      const mine = ownActiveRuns(ctx).slice(0, 5);
+      const hint = mine.length
+        ? ` Your active runs: ${mine.join(', ')}; wait on one with status { runId, waitMs } (until: "terminal"), or cancel one.`
+        : ' None of them belong to this session; wait with status { waitMs } and retry.';
+      throw new SubagentError('CAPACITY_EXHAUSTED', `${e.message} in this state home (SUBAGENTS_MAX_ACTIVE_RUNS).${hint}`);
+    }
+    throw e;
+  }
+
+  let created: PublishedRun;
+  try {
+    if (!prepared) throw prepareFailure;
     // Indexed first (listings read the index, not every run directory): the index may name a run that was never
     // created (skipped), never miss one that was.
     const indexed = indexRun(ctx.layout, [ctx.sessionId, rootRecord?.sessionId], runId);
-    indexed.catch(() => {}); // observed by create, which may fail before it gets there
-    created = await ctx.store.create(record, status, nesting ? {} : { [CATALOG_SNAPSHOT_NAME]: catalogSnapshotJson(ctx, catalog) }, indexed);
+    indexed.catch(() => {}); // observed by publish, which may fail before it gets there
+    created = await ctx.store.publish(prepared, indexed);
     if (nesting) ctx.store.addChild(nesting.parentRunId, runId, nesting.parentStepKey);
   } catch (e) {
     await releaseReservation(ctx, runId, rootRunId, paths.length).catch(() => {});

@@ -11,6 +11,23 @@ import { Layout, RunPaths } from './layout.js';
 import { withLock } from './lock.js';
 import { isTerminalRun, type AppendRecord, type RunRecord, type RunStatus } from './run-types.js';
 
+/** A run's directory written under a hidden name, its fsyncs under way (`RunStore.prepare`). */
+export interface PreparedRun {
+  runId: string;
+  tmp: RunPaths;
+  synced: Promise<void>;
+}
+
+/** A run in `runs/`; `durable` settles once its name there is on disk. */
+export interface PublishedRun {
+  paths: RunPaths;
+  durable: Promise<void>;
+}
+
+function removeTree(dir: string): void {
+  try { fs.rmSync(dir, { recursive: true, force: true }); } catch { /* best effort */ }
+}
+
 export interface UpdateOptions {
   durable?: boolean;
   /** Only the live runner passes this: its in-memory status replaces a status.json that is missing or does not parse. */
@@ -27,39 +44,65 @@ export class RunStore {
 
   /**
    * Creates the run's directory with its record, status and `extra` files (name → content, e.g. the catalog
-   * snapshot), all durable before the directory appears under `runs/` (and not before `publishAfter`, e.g. the run
-   * index's own fsync, has settled: what it makes durable must be so before the run exists). Returns once the
-   * directory is in place, with `durable`, which settles when its name under `runs/` is on disk too: a launch starts
-   * the runner meanwhile (its boot is idle time for the server) and awaits it before it acknowledges anything.
+   * snapshot), all durable before the directory appears under `runs/`: `prepare`, then `publish`.
    */
-  async create(record: RunRecord, status: RunStatus, extra: Record<string, string> = {}, publishAfter: Promise<unknown> = Promise.resolve()): Promise<{ paths: RunPaths; durable: Promise<void> }> {
-    const p = this.paths(record.runId);
+  async create(record: RunRecord, status: RunStatus, extra: Record<string, string> = {}, publishAfter: Promise<unknown> = Promise.resolve()): Promise<PublishedRun> {
+    return this.publish(this.prepare(record, status, extra), publishAfter);
+  }
+
+  /**
+   * Writes the run's directory under a hidden temp name and starts its fsyncs; nothing is in `runs/` yet. Then
+   * `publish` (or `discard`). A launch prepares while its reservation's ledger write is on the disk: the writes here
+   * are main-thread work that used to wait for that write, and their fsyncs run beside the ledger's.
+   */
+  prepare(record: RunRecord, status: RunStatus, extra: Record<string, string> = {}): PreparedRun {
     // Built under a hidden temp name and renamed into place: a server killed mid-create leaves no half-record (a run
     // directory without its status), only a temp directory that listings never see and the next server start removes.
     const tmp = new RunPaths(path.join(this.layout.runsDir, `.${record.runId}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`));
     try {
       fs.mkdirSync(tmp.dir, { mode: 0o700 });
       for (const d of [tmp.outDir, tmp.appendsDir, tmp.promptsDir, tmp.childrenDir, tmp.budgetDir]) ensurePrivateDir(d);
-      // Written, then fsynced together on the thread pool, the directory once before the rename publishes it: these
-      // fsyncs are most of a launch's I/O, and one after the other on the event loop they held up every other
-      // request of the server (eight concurrent launches queued behind each other's fsyncs).
       const files = [tmp.record, tmp.status, ...Object.keys(extra).map((name) => path.join(tmp.dir, name))];
       writeFileAtomic(tmp.record, JSON.stringify(record), { durable: false });
       writeFileAtomic(tmp.status, JSON.stringify(status), { durable: false });
       for (const [name, text] of Object.entries(extra)) writeFileAtomic(path.join(tmp.dir, name), text, { durable: false });
       appendEvent(tmp.events, { type: 'created', mode: record.mode, steps: record.steps.length });
-      // The directory's own fsync joins the files' round: both only have to be done before the rename.
-      await Promise.all([fsyncFiles(files), fsyncDirAsync(tmp.dir), publishAfter]);
-      fsPort.renameSync(tmp.dir, p.dir);
+      // Fsynced together on the thread pool, the directory in the same round (both only have to precede the rename):
+      // one after the other on the event loop they held up every other request of the server.
+      const synced = Promise.all([fsyncFiles(files), fsyncDirAsync(tmp.dir)]).then(() => {});
+      synced.catch(() => {}); // observed by publish; unobserved only when the run is discarded
+      return { runId: record.runId, tmp, synced };
     } catch (e) {
-      try { fs.rmSync(tmp.dir, { recursive: true, force: true }); } catch { /* best effort */ }
+      removeTree(tmp.dir);
+      throw e;
+    }
+  }
+
+  /**
+   * Renames a prepared run into `runs/` once its files are on disk (and not before `publishAfter`, e.g. the run
+   * index's own fsync, has settled: what it makes durable must be so before the run exists). Returns once the
+   * directory is in place, with `durable`, which settles when its name under `runs/` is on disk too: a launch starts
+   * the runner meanwhile (its boot is idle time for the server) and awaits it before it acknowledges anything.
+   */
+  async publish(prep: PreparedRun, publishAfter: Promise<unknown> = Promise.resolve()): Promise<PublishedRun> {
+    const p = this.paths(prep.runId);
+    try {
+      await Promise.all([prep.synced, publishAfter]);
+      fsPort.renameSync(prep.tmp.dir, p.dir);
+    } catch (e) {
+      this.discard(prep);
       throw e;
     }
     // The rename is visible now (a runner started after it reads whole files); `durable` is when it survives a
-    // crash of the machine, which is what an acknowledgement needs. A caller awaits it before it answers.
+    // crash of the machine, which is what an acknowledgement needs.
     const durable = fsyncDirAsync(this.layout.runsDir);
     durable.catch(() => {}); // observed by the caller; unobserved only when the caller failed first
     return { paths: p, durable };
+  }
+
+  /** Removes a prepared run that will not be published. */
+  discard(prep: PreparedRun): void {
+    removeTree(prep.tmp.dir);
   }
 
   exists(runId: string): boolean {
