@@ -367,3 +367,22 @@ describe('loadCatalog: files a hostile repository could plant', () => {
     expect(def.path).toBe(path.join(l.bundled, 'h.md'));
   });
 });
+
+describe('loadCatalog: every read sees the files as they are now', () => {
+  it('an edit of the same size is read at once, a caller\'s change to a definition reaches no later read, and trust is part of what was read', () => {
+    const l = layout();
+    const file = write(path.join(projectAgents(l), 'a.md'), agent('a', 'backend: command\ncommand: ["true"]'));
+    const first = load(l, { SUBAGENTS_TRUST: l.project }).agents.get('a')!;
+    expect(first.description).toBe('The a agent');
+    (first as { description: string }).description = 'changed by a caller';
+    expect(load(l, { SUBAGENTS_TRUST: l.project }).agents.get('a')!.description).toBe('The a agent');
+    // Same length, same mtime second: only the bytes differ.
+    write(file, agent('a', 'backend: command\ncommand: ["true"]').replace('The a agent', 'The b agent'));
+    const edited = load(l, { SUBAGENTS_TRUST: l.project }).agents.get('a')!;
+    expect(edited.description).toBe('The b agent');
+    expect(edited.sha256).not.toBe(first.sha256);
+    // The same bytes read without trust: an untrusted project's command agent is not runnable as the trusted one was.
+    const untrusted = load(l).agents.get('a');
+    expect(untrusted?.trusted ?? false).toBe(false);
+  });
+});
