@@ -72,7 +72,9 @@ export function startCore(o: CoreOptions): Core {
       const tool = loadTool(name);
       if (!tool) return refusal(new SubagentError('INVALID_INPUT', `no tool named ${JSON.stringify(name.slice(0, 64))}; the tools are ${TOOL_NAMES.join(', ')}.`), ctx.log);
       const result = await (await tool).handler(args, extra, env);
-      watcher.poke();
+      // What a tool changed shows at the next look at the active runs. `status` and `agents` change nothing a run's
+      // own file events do not already announce (a reconciliation writes the run's status).
+      if (name !== 'status' && name !== 'agents') watcher.poke();
       return result;
     },
     listResources: (cursor) => listResources(ctx, cursor),

@@ -31,6 +31,12 @@ export class RunWatcher {
   private wantFull = true;
   /** The runs not yet terminal at the last look: all that a light scan reads. */
   private readonly active = new Map<string, RunMeta>();
+  /** Active runs with a file event since their last read: what a scan re-reads when it is not told to read all. */
+  private readonly dirty = new Set<string>();
+  /** The next scan re-reads every active run (a tool call, the poll), not only the dirty ones. */
+  private readAll = true;
+  /** The next scan also reconciles the running runs it reads (the poll: silence is what a dead runner leaves). */
+  private reconcileNext = true;
   private primed = false;
   private readonly startedAt = new Date().toISOString();
   private knownSessions = new Set<string>();
@@ -40,14 +46,14 @@ export class RunWatcher {
   constructor(private readonly ctx: ManagerContext, private readonly server: Server) {}
 
   start(): void {
-    this.timer = setInterval(() => this.poke(true), POLL_MS);
+    this.timer = setInterval(() => { this.reconcileNext = true; this.poke({ full: true, all: true }); }, POLL_MS);
     this.timer.unref();
     try {
-      const w = fs.watch(this.ctx.layout.runsDir, () => this.poke(true));
+      const w = fs.watch(this.ctx.layout.runsDir, () => this.poke({ full: true }));
       w.on('error', () => {});
       this.watchers.set('*', w);
     } catch { /* poll */ }
-    this.poke(true);
+    this.poke({ full: true, all: true });
   }
 
   stop(): void {
@@ -56,20 +62,24 @@ export class RunWatcher {
     this.watchers.clear();
   }
 
-  subscribe(uri: string): void { this.subscribed.add(uri.split('?')[0]!); this.poke(); }
+  subscribe(uri: string): void { this.subscribed.add(uri.split('?')[0]!); this.poke({ all: true }); }
   unsubscribe(uri: string): void { this.subscribed.delete(uri.split('?')[0]!); }
 
   /** A launch or restore changed the list: the next scan announces the new runs (once, deduplicated). */
-  listChanged(): void { this.poke(true); }
+  listChanged(): void { this.poke({ full: true }); }
 
   /**
    * Coalesces bursts of events into one scan; a poke during a scan runs one more scan after it. A light poke (a tool
    * call, an event in an active run's directory) reads only the active runs: listing every run of the session on each
    * was most of the server's CPU under load (eight concurrent launches in a session with a hundred finished runs). New
    * runs, dismissals and removals are the full scan's: on the runs directory's events, on `listChanged` and on the poll.
+   * An event in one run's directory marks only that run to be read again, and only the poll reconciles: with eight
+   * launches in flight every event made the scan read, and reconcile, all eight (a quarter of the server's CPU).
    */
-  poke(full = false): void {
-    if (full) this.wantFull = true;
+  poke(o: { full?: boolean; all?: boolean; runId?: string } = { all: true }): void {
+    if (o.full) this.wantFull = true;
+    if (o.all) this.readAll = true;
+    if (o.runId !== undefined) this.dirty.add(o.runId);
     if (this.scanning) { this.again = true; return; }
     if (this.pending) return;
     this.pending = true;
@@ -78,7 +88,7 @@ export class RunWatcher {
       this.scanning = true;
       void this.scan().catch(() => {}).finally(() => {
         this.scanning = false;
-        if (this.again) { this.again = false; this.poke(); }
+        if (this.again) { this.again = false; this.poke({}); }
       });
     });
   }
@@ -90,14 +100,21 @@ export class RunWatcher {
 
   private async scan(): Promise<void> {
     const full = this.wantFull || !this.primed;
+    const all = this.readAll || !this.primed;
+    const reconcile = this.reconcileNext;
+    const dirty = new Set(this.dirty);
     this.wantFull = false;
-    const metas = full ? listVisible(this.ctx) : [...this.active.values()];
+    this.readAll = false;
+    this.reconcileNext = false;
+    this.dirty.clear();
+    const metas = full ? listVisible(this.ctx) : all ? [...this.active.values()] : [...dirty].flatMap((id) => this.active.get(id) ?? []);
     const sessions = full ? this.ctx.visibleSessions() : this.knownSessions;
     if (full) markAdoptedRuns(this.ctx, metas);
     for (const m of metas) {
       const prev = this.seen.get(m.runId);
       if (prev && isTerminalRun(prev.state)) continue; // terminal is final: nothing more to notify
-      const cur = this.read(m, prev);
+      if (prev && !all && !dirty.has(m.runId)) continue; // no event since its last read (the poll reads it anyway)
+      const cur = this.read(m, prev, reconcile);
       if (!cur) continue;
       this.seen.set(m.runId, cur);
       if (isTerminalRun(cur.state)) this.active.delete(m.runId); else this.active.set(m.runId, m);
@@ -132,11 +149,11 @@ export class RunWatcher {
     return m.sessionId === this.ctx.sessionId || this.knownSessions.has(m.sessionId) || m.depth > 0;
   }
 
-  private read(m: RunMeta, prev: Seen | undefined): Seen | null {
+  private read(m: RunMeta, prev: Seen | undefined, reconcile: boolean): Seen | null {
     try {
       const s = this.ctx.store.readStatus(m.runId);
       if (!s) return null;
-      if (!isTerminalRun(s.state) && (prev?.state === 'running' || s.state === 'running')) {
+      if (reconcile && !isTerminalRun(s.state) && (prev?.state === 'running' || s.state === 'running')) {
         // A dead runner writes nothing: reconciliation is what turns silence into a state change.
         void reconcileRun(this.ctx, m.runId).catch(() => {});
       }
@@ -154,7 +171,7 @@ export class RunWatcher {
     const w = this.watchers.get(runId);
     if (!isTerminalRun(state) && !w) {
       try {
-        const nw = fs.watch(this.ctx.store.paths(runId).dir, (_e, name) => { if (!isRunDirNoise(name)) this.poke(); });
+        const nw = fs.watch(this.ctx.store.paths(runId).dir, (_e, name) => { if (!isRunDirNoise(name)) this.poke({ runId }); });
         nw.on('error', () => {});
         this.watchers.set(runId, nw);
       } catch { /* poll */ }
