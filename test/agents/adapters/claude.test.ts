@@ -1,7 +1,9 @@
 import { writeFileSync } from 'node:fs';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { claudeAdapter, claudeRefusesAsRoot } from '../../../src/agents/adapters/claude.js';
-import { DELEGATE, HOSTILE_TASK, contextOf, fixtureLines, flagValue, parse } from './context.js';
+import { DELEGATE, HOSTILE_TASK, contextOf, fixtureLines, flagValue, parse, removeScratchDirs } from './context.js';
+
+afterAll(removeScratchDirs);
 
 describe('claude adapter: invocation', () => {
   it('builds print mode with stream-json, the task on stdin and the body as an appended system prompt file', () => {

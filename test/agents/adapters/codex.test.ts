@@ -1,7 +1,9 @@
 import { writeFileSync } from 'node:fs';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { codexAdapter, tomlString } from '../../../src/agents/adapters/codex.js';
-import { DELEGATE, HOSTILE_TASK, contextOf, fixtureLines, flagValue, parse } from './context.js';
+import { DELEGATE, HOSTILE_TASK, contextOf, fixtureLines, flagValue, parse, removeScratchDirs } from './context.js';
+
+afterAll(removeScratchDirs);
 
 /** The values of every `-c key=value` override. */
 function overrides(argv: string[]): string[] {

@@ -28,9 +28,15 @@ export function agentOf(overrides: Partial<FrozenAgent> = {}): FrozenAgent {
   };
 }
 
-/** A context whose scratch dir is a fresh private temp dir (0700 under the OS temp dir). */
+let scratchBase: string | null = null;
+
+/**
+ * A context whose scratch dir is a fresh private temp dir (0700), under one temp dir per test file that
+ * `removeScratchDirs` removes (each test file calls it after all its tests).
+ */
 export function contextOf(agent: Partial<FrozenAgent> = {}, extra: Partial<InvocationContext> = {}): InvocationContext {
-  const scratchDir = mkdtempSync(path.join(os.tmpdir(), 'adapter-test-'));
+  scratchBase ??= mkdtempSync(path.join(os.tmpdir(), 'adapter-test-'));
+  const scratchDir = mkdtempSync(path.join(scratchBase, 'ctx-'));
   return {
     agent: agentOf(agent),
     systemPromptFile: path.join(scratchDir, 'system-prompt.md'),
@@ -76,6 +82,9 @@ export function privateScratchDir(): string {
 
 const PRIVATE_BASE = privateTestDir('subagents-adapter-tests');
 
-export function removePrivateScratchDirs(): void {
+/** Removes every scratch dir this test file made (`contextOf`'s and `privateScratchDir`'s). */
+export function removeScratchDirs(): void {
   rmSync(PRIVATE_BASE, { recursive: true, force: true });
+  if (scratchBase !== null) rmSync(scratchBase, { recursive: true, force: true });
+  scratchBase = null;
 }

@@ -4,10 +4,10 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { CONTEXT_FILE, SETTINGS_FILE, geminiAdapter } from '../../../src/agents/adapters/gemini.js';
 import { firstInsecureAncestor } from '../../../src/agents/adapters/shared.js';
 import type { FrozenAgent, InvocationContext } from '../../../src/agents/types.js';
-import { DELEGATE, HOSTILE_TASK, contextOf, fixtureLines, flagValue, parse, privateScratchDir, removePrivateScratchDirs } from './context.js';
+import { DELEGATE, HOSTILE_TASK, contextOf, fixtureLines, flagValue, parse, privateScratchDir, removeScratchDirs } from './context.js';
 
 const secure = firstInsecureAncestor(privateScratchDir()) === undefined;
-afterAll(removePrivateScratchDirs);
+afterAll(removeScratchDirs);
 
 function ctxOf(agent: Partial<FrozenAgent> = {}, extra: Partial<InvocationContext> = {}): InvocationContext {
   return contextOf({ backend: 'gemini', ...agent }, { scratchDir: privateScratchDir(), ...extra });

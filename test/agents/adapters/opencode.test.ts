@@ -1,7 +1,9 @@
 import { writeFileSync } from 'node:fs';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { CONFIG_FILE, opencodeAdapter, permissionConfig } from '../../../src/agents/adapters/opencode.js';
-import { DELEGATE, HOSTILE_TASK, contextOf, fixtureLines, flagValue, parse } from './context.js';
+import { DELEGATE, HOSTILE_TASK, contextOf, fixtureLines, flagValue, parse, removeScratchDirs } from './context.js';
+
+afterAll(removeScratchDirs);
 
 describe('opencode adapter: invocation', () => {
   it('builds `opencode run --format json` with the task on stdin and no message on argv', () => {

@@ -1,7 +1,9 @@
 import { writeFileSync } from 'node:fs';
-import { describe, expect, it } from 'vitest';
+import { afterAll, describe, expect, it } from 'vitest';
 import { piAdapter } from '../../../src/agents/adapters/pi.js';
-import { HOSTILE_TASK, contextOf, fixtureLines, flagValue, parse } from './context.js';
+import { HOSTILE_TASK, contextOf, fixtureLines, flagValue, parse, removeScratchDirs } from './context.js';
+
+afterAll(removeScratchDirs);
 
 describe('pi adapter: invocation', () => {
   it('builds `pi --mode json … -p` with the task on stdin and -p last', () => {
