@@ -10,6 +10,11 @@ import { runUri } from './resources.js';
 
 /** The backing poll: with the 500 ms period a state change is notified within 1 s even when no file event arrives. */
 export const POLL_MS = 500;
+/**
+ * Full scans (listing every run of the session) at most this often: a launch makes several events in `runs/` and
+ * announces itself too, and a burst of eight launches made a dozen full scans while its runners were booting.
+ */
+export const FULL_SCAN_GAP_MS = 100;
 
 interface Seen { fp: string; state: RunState }
 
@@ -38,6 +43,8 @@ export class RunWatcher {
   /** The next scan also reconciles the running runs it reads (the poll: silence is what a dead runner leaves). */
   private reconcileNext = true;
   private primed = false;
+  private lastFullAtMs = -Infinity;
+  private fullTimer: NodeJS.Timeout | null = null;
   private readonly startedAt = new Date().toISOString();
   private knownSessions = new Set<string>();
   /** The runs resources/list shows (visible, not dismissed), to announce list changes from any source. */
@@ -58,6 +65,7 @@ export class RunWatcher {
 
   stop(): void {
     if (this.timer) clearInterval(this.timer);
+    if (this.fullTimer) clearTimeout(this.fullTimer);
     for (const w of this.watchers.values()) w.close();
     this.watchers.clear();
   }
@@ -99,11 +107,19 @@ export class RunWatcher {
   }
 
   private async scan(): Promise<void> {
-    const full = this.wantFull || !this.primed;
+    const nowMs = performance.now();
+    let full = this.wantFull || !this.primed;
+    if (full && this.primed && nowMs - this.lastFullAtMs < FULL_SCAN_GAP_MS) {
+      full = false; // too soon after the last one: it stays wanted, and a timer brings it at the end of the gap
+      this.fullTimer ??= setTimeout(() => { this.fullTimer = null; this.poke({}); }, FULL_SCAN_GAP_MS - (nowMs - this.lastFullAtMs));
+      this.fullTimer.unref();
+    } else if (full) {
+      this.wantFull = false;
+      this.lastFullAtMs = nowMs;
+    }
     const all = this.readAll || !this.primed;
     const reconcile = this.reconcileNext;
     const dirty = new Set(this.dirty);
-    this.wantFull = false;
     this.readAll = false;
     this.reconcileNext = false;
     this.dirty.clear();
