@@ -43,7 +43,9 @@ describe.concurrent('append: steps added to a running chain', () => {
     const a3 = (await ok(s, 'append', { runId: l.runId, step: { agent: 'echo', task: 'C {previous}' } }));
     expect(a3).toMatchObject({ stepIndex: 4, pendingAppends: 3, fanout: { used: 6 } });
 
-    const mid = (await ok(s, 'status', { runId: l.runId }));
+    // The gate agent holds step 0 open; it shows running once its process is recorded (under a loaded suite that can
+    // come after the three appends).
+    const mid = await waitStatus(s, l.runId, (v) => v.steps[0].state === 'running');
     expect(mid.state).toBe('running');
     expect(mid.pendingAppends).toBe(3);
     expect(mid.steps.map((x: any) => [x.index, x.agent, x.state])).toEqual([
