@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import path from 'node:path';
 import { SubagentError } from '../errors.js';
 import { isAlive, readIdentity, type ProcessIdentity } from '../process/identity.js';
 import type { DetachedChild } from '../process/spawn-detached.js';
@@ -26,7 +27,7 @@ interface WaitOptions {
  * Waits until `ready()` returns a value, the runner exits, the deadline passes or the launch is aborted.
  * Event-driven: fs.watch on the run directory plus the child's exit event, with a slow poll as the safety net.
  */
-function waitFor<T>(o: WaitOptions, phase: HandshakePhase, ready: () => T | null): Promise<T> {
+function waitFor<T>(o: WaitOptions, phase: HandshakePhase, file: string, ready: () => T | null): Promise<T> {
   return new Promise<T>((resolve, reject) => {
     let done = false;
     let watcher: fs.FSWatcher | undefined;
@@ -57,7 +58,10 @@ function waitFor<T>(o: WaitOptions, phase: HandshakePhase, ready: () => T | null
     if (o.signal.aborted) { onAbort(); return; }
     o.signal.addEventListener('abort', onAbort, { once: true });
     try {
-      watcher = fs.watch(o.paths.dir, () => check());
+      // Only events naming the awaited file (or naming none, where the platform does not say): the runner's other
+      // writes in the directory (temps, its lock, the event log) are several events per launch, each a file read here.
+      const name = path.basename(file);
+      watcher = fs.watch(o.paths.dir, (_event, changed) => { if (changed === null || changed === name) check(); });
       watcher.on('error', () => {});
     } catch { /* poll only */ }
     check();
@@ -66,7 +70,7 @@ function waitFor<T>(o: WaitOptions, phase: HandshakePhase, ready: () => T | null
 
 /** Phase `spawn`→`ready`: the runner proves who it is (pid and start time of the process we started). */
 export async function awaitReady(o: WaitOptions): Promise<ProcessIdentity> {
-  const ready = await waitFor(o, 'spawn', () => readJsonFile<{ pid: number; startTime: string }>(o.paths.ready));
+  const ready = await waitFor(o, 'spawn', o.paths.ready, () => readJsonFile<{ pid: number; startTime: string }>(o.paths.ready));
   if (ready.pid !== o.child.pid) {
     throw new HandshakeFailure('ready', 'the ready report names another process than the runner that was started', null);
   }
@@ -83,7 +87,7 @@ export async function proceedAndAwaitStart(o: WaitOptions, runner: ProcessIdenti
   // Not fsynced: proceed acknowledges nothing (the runner's durable start claim does); a proceed lost to a crash only
   // means a runner that never started, and it exits on its own after the handshake timeout.
   createFileExclusive(o.paths.proceed, JSON.stringify({ at: new Date().toISOString() }), { durable: false });
-  return waitFor(o, 'proceed', () => {
+  return waitFor(o, 'proceed', o.paths.status, () => {
     const s = readJsonFile<RunStatus>(o.paths.status);
     if (!s || s.state === 'starting') {
       if (!isAlive(runner)) throw new Error('runner gone');
