@@ -61,7 +61,7 @@ export function catalogSnapshotFile(ctx: Pick<ManagerContext, 'store'>, rootRunI
   return path.join(ctx.store.paths(rootRunId).dir, CATALOG_SNAPSHOT_NAME);
 }
 
-/** The catalog snapshot's file name in a root run's directory (written with the run: RunStore.create's `extra`). */
+/** The catalog snapshot's file name in a root run's directory (written with the run: RunStore.prepare's `extra`). */
 export const CATALOG_SNAPSHOT_NAME = 'catalog.json';
 
 /** The snapshot a top-level run freezes: nested launches of its tree resolve agents only from it. */

@@ -43,16 +43,8 @@ export class RunStore {
   }
 
   /**
-   * Creates the run's directory with its record, status and `extra` files (name → content, e.g. the catalog
-   * snapshot), all durable before the directory appears under `runs/`: `prepare`, then `publish`.
-   */
-  async create(record: RunRecord, status: RunStatus, extra: Record<string, string> = {}, publishAfter: Promise<unknown> = Promise.resolve()): Promise<PublishedRun> {
-    return this.publish(this.prepare(record, status, extra), publishAfter);
-  }
-
-  /**
-   * Writes the run's directory under a hidden temp name and starts its fsyncs; nothing is in `runs/` yet. Then
-   * `publish` (or `discard`). A launch prepares while its reservation's ledger write is on the disk: the writes here
+   * Writes the run's directory (its record, status and `extra` files, name → content, e.g. the catalog snapshot)
+   * under a hidden temp name and starts its fsyncs; nothing is in `runs/` yet. Then `publish` (or `discard`). A launch prepares while its reservation's ledger write is on the disk: the writes here
    * are main-thread work that used to wait for that write, and their fsyncs run beside the ledger's.
    */
   prepare(record: RunRecord, status: RunStatus, extra: Record<string, string> = {}): PreparedRun {

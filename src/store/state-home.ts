@@ -44,7 +44,7 @@ export function openStateHome(home: string): void {
   removeStaleTemps(path.join(home, 'sessions'), null, false);
 }
 
-/** Removes run directories a killed server left half-built (`.r-….<pid>.<rand>.tmp`, see RunStore.create) once their writer is gone. */
+/** Removes run directories a killed server left half-built (`.r-….<pid>.<rand>.tmp`, see RunStore.prepare) once their writer is gone. */
 function sweepAbandonedRunTemps(runsDir: string): void {
   let names: string[] = [];
   try { names = fs.readdirSync(runsDir); } catch { return; }

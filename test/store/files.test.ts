@@ -77,7 +77,7 @@ describe('run store: status compare-and-set', () => {
       v: 1, runId, state: 'running', error: null, startedAt: null, endedAt: null, updatedAt: new Date().toISOString(),
       runner: null, steps: [], appendsTaken: 0, survivors: [],
     };
-    await (await store.create(record, status)).durable;
+    await (await store.publish(store.prepare(record, status))).durable;
     return runId;
   }
 
