@@ -1,4 +1,4 @@
-// The runner on its own: boot to ready (spawn of `node dist/runner/main.js <runDir>` → its ready.json appears)
+// The runner on its own: boot to ready (spawn of `node dist/runner/main.cjs <runDir>` → its ready.json appears)
 // against `node -e 0` and the bare builtins-only runner (interleaved); and its RSS while it supervises an agent against the bare
 // runner's RSS while it supervises `sleep`.
 import { spawn } from 'node:child_process';
@@ -9,7 +9,8 @@ import {
   startServer, stats, tempHome, until, waitForName, writeAgent,
 } from './lib.mjs';
 
-const RUNNER = path.join(path.dirname(MAIN_JS), 'runner', 'main.js');
+// The bundled build's entry, else tsc's (a build made without esbuild, or an older build given by BENCH_MAIN_JS).
+const RUNNER = ['main.cjs', 'main.js'].map((f) => path.join(path.dirname(MAIN_JS), 'runner', f)).find((f) => fs.existsSync(f));
 
 /** spawn → `ready.json` seen, for a runner program given a run directory; the runner is then killed (group). */
 async function bootToReady(argv, runDir, env) {

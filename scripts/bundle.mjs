@@ -1,8 +1,8 @@
 // Bundles the server into dist/main.js (plus lazily loaded dist/chunk-*.js: the command line's and the demo
 // client's code load only when used), after tsc has built dist/. A cold start then parses a few files instead of
 // several hundred modules of the SDK, zod and ajv (perf: cold start ~2× faster, see docs/performance.md).
-// The runner (dist/runner/main.js) stays tsc's output: it loads only Node built-ins before it reports ready; what it
-// loads after that (its supervisor) is bundled into dist/runner-supervisor.js.
+// The runner is bundled on its own, as CommonJS: dist/runner/main.cjs loads only Node built-ins before it reports
+// ready; what it loads after that (its supervisor) is dist/runner-supervisor.cjs.
 // Every chunk lands in dist/ itself, so src/paths.ts finds dist/ from import.meta.url in either build.
 // Without esbuild (SUBAGENTS_NO_BUNDLE=1, or the module missing) dist/main.js stays the unbundled tsc entry.
 import fs from 'node:fs';
@@ -12,7 +12,8 @@ import { fileURLToPath } from 'node:url';
 const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const dist = path.join(repo, 'dist');
 
-const SUPERVISOR = path.join(dist, 'runner-supervisor.js');
+/** The runner's two bundles; a tsc-only build removes them (the server and the runner would prefer them). */
+const RUNNER_BUNDLES = [path.join(dist, 'runner', 'main.cjs'), path.join(dist, 'runner-supervisor.cjs')];
 
 /** Options both bundles share. */
 const COMMON = {
@@ -61,9 +62,8 @@ const sdkAjvShim = {
 
 export async function bundle() {
   if (process.env.SUBAGENTS_NO_BUNDLE === '1') {
-    // A stale bundled supervisor must not outlive the tsc build it came from: the runner would prefer it.
-    fs.rmSync(SUPERVISOR, { force: true });
-    fs.rmSync(`${SUPERVISOR}.map`, { force: true });
+    // Stale runner bundles must not outlive the tsc build they came from: the server would start them.
+    for (const f of RUNNER_BUNDLES) for (const g of [f, `${f}.map`]) fs.rmSync(g, { force: true });
     return false;
   }
   let esbuild;
@@ -106,22 +106,21 @@ export async function bundle() {
       outfile: path.join(tmp, 'yaml.js'),
       ...COMMON,
     });
-    // The runner's supervisor as one file: the runner loads it between ready and proceed, and a launch waits for
-    // that (one file loads in about half the time of its ~30-module graph). It lands in dist/ itself, like the
-    // chunks, so src/paths.ts still resolves dist/ from it. The runner's entry stays tsc's built-ins-only module.
-    await esbuild.build({
-      entryPoints: [path.join(repo, 'src', 'runner', 'supervise.ts')],
-      outfile: path.join(tmp, 'runner-supervisor.js'),
+    // The runner, CommonJS: every launch starts one, and Node starts a CommonJS entry ~4 ms sooner than an ES module
+    // (no ES module loader to set up: resolution, a module job, the source read through fs/promises), and a CommonJS
+    // require of a built-in returns it as it is, where an ES import builds a facade reading every export (fs's
+    // ReadStream getter then loads Node's streams). Its entry, dist/runner/main.cjs, still loads only built-ins before
+    // ready (its own modules are inlined); the supervisor, dist/runner-supervisor.cjs, comes through a computed
+    // require after the start claim. It lands in dist/ itself, so src/paths.ts still resolves dist/ from it.
+    const RUNNER_CJS = {
       ...COMMON,
-    });
-    // The runner's entry as one file too: it still loads only built-ins (its own modules are inlined, the supervisor
-    // stays a computed import), and one file starts faster than its module graph (runner boot to ready).
-    await esbuild.build({
-      entryPoints: [path.join(repo, 'src', 'runner', 'main.ts')],
-      outfile: path.join(tmp, 'runner', 'main.js'),
-      ...COMMON,
-      banner: {},
-    });
+      format: 'cjs',
+      // import.meta.url (src/paths.ts) from the file's own path: the 'url' module is loaded by Node's own start-up.
+      define: { 'import.meta.url': '__runnerFileUrl' },
+      banner: { js: 'var __runnerFileUrl=require("node:url").pathToFileURL(__filename).href;' },
+    };
+    await esbuild.build({ entryPoints: [path.join(repo, 'src', 'runner', 'supervise.ts')], outfile: path.join(tmp, 'runner-supervisor.cjs'), ...RUNNER_CJS });
+    await esbuild.build({ entryPoints: [path.join(repo, 'src', 'runner', 'main.ts')], outfile: path.join(tmp, 'runner', 'main.cjs'), ...RUNNER_CJS });
     // tsc's own entry stays runnable next to the bundle (bench/coldstart.mjs compares the two in one run).
     fs.copyFileSync(path.join(dist, 'main.js'), path.join(dist, 'main.unbundled.js'));
     // New chunks first, the entry last, stale chunks after: a server starting meanwhile finds what it imports.

@@ -2,7 +2,7 @@
  * The detached runner: one per run, in its own process group, stdio to `runner.log`. Until it reports ready it loads
  * only Node built-ins (a launch waits for this), then it loads the supervisor while it waits to be told to proceed.
  */
-import fs from 'node:fs';
+import path from 'node:path';
 import { writeFileAtomic } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
 import { RunPaths } from '../store/layout.js';
@@ -84,16 +84,16 @@ main().then(
 
 /**
  * The supervisor, loaded once the start is claimed (the launch has its answer by then, unless the quick claim could
- * not take the run lock and the supervisor claims): the build's one-file bundle when there is one
- * (dist/runner-supervisor.js), else the module graph (a tsc-only build, or running from source). Nothing loads while
- * we wait for proceed: compiling the supervisor then held a proceed unseen for ~11 ms, and even Node's own modules
- * loaded in turns delayed it by ~3 ms and took CPU from the other runners of concurrent launches.
+ * not take the run lock and the supervisor claims): in the bundled build this entry is CommonJS
+ * (dist/runner/main.cjs) and requires its one-file bundle (dist/runner-supervisor.cjs); else the module graph (a
+ * tsc-only build, or running from source). Nothing loads while we wait for proceed: compiling the supervisor then
+ * held a proceed unseen for ~11 ms, and even Node's own modules loaded in turns delayed it by ~3 ms and took CPU from
+ * the other runners of concurrent launches.
  */
 function loadSupervisor(): Promise<typeof import('./supervise.js')> {
-  const bundled = new URL('../runner-supervisor.js', import.meta.url);
-  if (import.meta.url.endsWith('/dist/runner/main.js') && fs.existsSync(bundled)) {
-    return import(bundled.href) as Promise<typeof import('./supervise.js')>;
+  // Computed specifiers: the bundler must leave the supervisor out of this entry (it loads only after ready).
+  if (typeof require === 'function' && typeof __dirname === 'string') {
+    return Promise.resolve(require(path.join(__dirname, '..', 'runner-supervisor.cjs')) as typeof import('./supervise.js'));
   }
-  // A computed specifier: the bundler must leave the supervisor out of this entry (it loads only after ready).
   return import(new URL('./supervise.js', import.meta.url).href) as Promise<typeof import('./supervise.js')>;
 }

@@ -63,7 +63,7 @@ export function runnerProcessesOf(home: string, runId: string): number[] {
     if (!/^\d+$/.test(name)) continue;
     try {
       const cmd = fs.readFileSync(`/proc/${name}/cmdline`, 'utf8');
-      if (!cmd.includes('runner/main.js') || !cmd.includes(needle)) continue;
+      if (!/runner\/main\.c?js/.test(cmd) || !cmd.includes(needle)) continue;
       const stat = fs.readFileSync(`/proc/${name}/stat`, 'utf8');
       if (stat.slice(stat.lastIndexOf(')') + 2)[0] !== 'Z') out.push(Number(name));
     } catch { /* exited meanwhile */ }

@@ -155,6 +155,11 @@ describe.skipIf(process.platform === 'win32')('F6 disk faults', () => {
     let runId: string;
     beforeAll(async () => {
       runId = (await m.launch(ctx, { mode: 'chain', chain: [{ agent: 'sleeper', task: 'x' }] }, { signal: ac.signal })).runId;
+      // The launch answers once the runner claimed its start; the step's own writes (agent slot, status, budget and
+      // prompt files, each through a temp file) follow. Once the step names its process the runner writes nothing
+      // until the agent ends, so the temp-file checks below see only what the appends leave.
+      const statusFile = path.join(t.home, 'runs', runId, 'status.json');
+      expect(await until(() => JSON.parse(fs.readFileSync(statusFile, 'utf8')).steps[0]?.process != null, 20_000)).toBe(true);
     });
 
     it.each(CODES.flatMap((code) => (['open', 'write', 'fsync', 'rename'] as Op[]).map((op) => [op, code] as const)))(
