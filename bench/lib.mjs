@@ -240,12 +240,13 @@ export async function nodeFloor(n = SAMPLES) {
  * One bare detached-runner handshake, the shape of ours minus everything else: spawn a builtins-only node runner
  * detached with stdio to a file, wait (fs.watch) for its ready file, write proceed, wait for its started file.
  * Resolves { readyMs, startedMs, pid } and leaves the runner sleeping `holdMs` (then it exits on its own).
+ * `o.lean`: the lean floor runner (floor-runner.cjs says how it differs).
  */
 export async function bareHandshake(dir, o = {}) {
   fs.mkdirSync(dir, { recursive: true, mode: 0o700 });
   const t0 = now();
   const log = fs.openSync(path.join(dir, 'runner.log'), 'a', 0o600);
-  const child = spawn(process.execPath, [path.join(FIXTURES, 'floor-runner.mjs'), dir, String(o.holdMs ?? 0)], {
+  const child = spawn(process.execPath, [path.join(FIXTURES, o.lean ? 'floor-runner.cjs' : 'floor-runner.mjs'), dir, String(o.holdMs ?? 0)], {
     detached: true, stdio: ['ignore', log, log], env: cleanEnv(), cwd: dir,
   });
   fs.closeSync(log);
@@ -296,15 +297,15 @@ export async function handshakeFloor(n = SAMPLES) {
   return { ready: stats(ready), started: stats(started) };
 }
 
-/** Wall time of `k` concurrent bare handshakes, `n` rounds: the floor of k concurrent launches. */
-export async function handshakeFloorConcurrent(k, n) {
+/** Wall time of `k` concurrent bare handshakes, `n` rounds: the floor of k concurrent launches (`o`: bareHandshake's). */
+export async function handshakeFloorConcurrent(k, n, o = {}) {
   const base = fs.mkdtempSync(path.join(os.tmpdir(), 'sa-floor-'));
   homes.add(base);
   const walls = [];
   try {
     for (let i = 0; i < n + 1; i++) {
       const t0 = now();
-      await Promise.all(Array.from({ length: k }, (_, j) => bareHandshake(path.join(base, `${i}-${j}`))));
+      await Promise.all(Array.from({ length: k }, (_, j) => bareHandshake(path.join(base, `${i}-${j}`), o)));
       if (i >= 1) walls.push(now() - t0);
       await sleep(50);
     }

@@ -42,20 +42,23 @@ runBench(async () => {
     const nodeXs = [];
     const ours = [];
     const bare = [];
+    const lean = [];
     const oursCa = [];
     const nodeCa = [];
     const ca = fs.existsSync('/etc/ssl/certs/ca-certificates.crt') ? '/etc/ssl/certs/ca-certificates.crt' : null;
     for (let i = 0; i < SAMPLES + 2; i++) {
       const a = await bootToReady([RUNNER], bootDir, cleanEnv());
       const b = await bootToReady([path.join(FIXTURES, 'floor-runner.mjs')], floorDir, cleanEnv());
+      const c = await bootToReady([path.join(FIXTURES, 'floor-runner.cjs')], floorDir, cleanEnv());
       const t0 = now();
       await new Promise((r) => spawn(process.execPath, ['-e', '0'], { stdio: 'ignore', env: cleanEnv() }).on('close', r));
       const n0 = now() - t0;
-      if (i >= 2) { ours.push(a); bare.push(b); nodeXs.push(n0); }
+      if (i >= 2) { ours.push(a); bare.push(b); lean.push(c); nodeXs.push(n0); }
     }
     const node = stats(nodeXs);
     report('runner boot to ready', ours, node, { note: 'floor = `node -e 0` spawn → exit; target ratio ≤ 1.3' });
     report('bare builtins-only runner boot to ready', bare, node);
+    report('lean bare runner boot to ready', lean, node, { note: 'the bare runner as CommonJS, no child_process before ready (as ours)' });
     if (ca) {
       for (let i = 0; i < scaled(10) + 1; i++) {
         const t0 = now();
