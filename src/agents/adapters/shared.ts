@@ -1,4 +1,4 @@
-import { statSync } from 'node:fs';
+import fs from 'node:fs';
 import path from 'node:path';
 import type { InvocationContext, Usage } from '../types.js';
 
@@ -184,7 +184,7 @@ export function firstInsecureAncestor(dir: string): string | undefined {
   let current = path.resolve(dir);
   for (;;) {
     try {
-      const st = statSync(current);
+      const st = fs.statSync(current);
       if ((st.mode & 0o022) !== 0) return current;
     } catch {
       // Not created yet: only existing ancestors can be checked; the step's own dir is made 0700.
