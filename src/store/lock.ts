@@ -12,6 +12,15 @@ export interface LockOptions {
   what?: string;
 }
 
+/**
+ * The file system proper-lockfile works with: only the calls it makes. It copies its `fs` option at every lockSync
+ * (`{ ...fs }`); a copy of Node's fs module (~100 properties) runs its lazy getters too, so the first lock of every
+ * process loaded fs/promises and Node's file streams, and every lock paid for the copy.
+ */
+const LOCK_FS = {
+  mkdirSync: fs.mkdirSync, realpathSync: fs.realpathSync, statSync: fs.statSync, rmdirSync: fs.rmdirSync, utimesSync: fs.utimesSync,
+} as unknown as typeof fs;
+
 /** Lock sections of this process not yet finished (acquiring, holding or releasing). */
 const inFlight = new Set<Promise<unknown>>();
 let closing = false;
@@ -55,6 +64,7 @@ async function lockSection<T>(target: string, fn: () => T | Promise<T>, options:
         // its callback, and again until the rmdir's: under load (eight launches' sync writes queued on one loop) that
         // was most of every hold, and every process of the state home queued behind it.
         release = lockfile.lockSync(target, {
+          fs: LOCK_FS,
           realpath: false,
           stale: staleMs,
           retries: 0,
