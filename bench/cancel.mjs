@@ -42,9 +42,11 @@ runBench(async () => {
   }
 });
 
+/** The run's runner, by its entry in the command line: dist/runner/main.cjs, or tsc's main.js in an unbundled build. */
 function isRunner(pid) {
   try {
-    return fs.readFileSync(`/proc/${pid}/cmdline`, 'latin1').includes(`${path.sep}runner${path.sep}main.js`);
+    const cmd = fs.readFileSync(`/proc/${pid}/cmdline`, 'latin1');
+    return cmd.includes(`${path.sep}runner${path.sep}main.cjs\0`) || cmd.includes(`${path.sep}runner${path.sep}main.js\0`);
   } catch {
     return false;
   }
