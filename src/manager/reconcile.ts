@@ -62,8 +62,9 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
       await terminateProcesses(() => findRunProcesses({ pgids: runnerGroups(readyNow) }), 0);
     }
     if (after.state === 'failed' && ours) await releaseLedger(ctx, runId, record.depth === 0, record.rootRunId, status);
-    // Its launching server is dead: temps it left mid-write (e.g. the catalog snapshot) go too.
-    if (after.state === 'failed') removeStaleTemps(paths.dir, record.server.pid);
+    // Its launching server is dead: temps it left mid-write (e.g. the catalog snapshot) go too, and any other dead
+    // writer's (a server killed while writing a cancel request).
+    if (after.state === 'failed') removeStaleTemps(paths.dir, null);
     return;
   }
   if (isAlive(status.runner)) return;
@@ -88,8 +89,9 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
     return next;
   }, { durable: true });
   ctx.store.event(runId, { type: 'reconciled', state: after.state, error: after.error?.code ?? null });
-  // A runner killed mid-write leaves its temp files behind (the rename never came); it is proven gone now.
-  removeStaleTemps(paths.dir, runner.pid);
+  // A runner killed mid-write leaves its temp files behind (the rename never came); it is proven gone now. So does a
+  // server killed while writing a cancel request or an append: every writer that is gone.
+  removeStaleTemps(paths.dir, null);
   // Nested runs of a lost run end too.
   for (const c of ctx.store.children(runId)) {
     try { writeFileAtomic(ctx.store.paths(c.runId).cancelRequest, JSON.stringify({ at: new Date().toISOString(), reason: 'PARENT_ENDED' })); } catch { /* gone */ }

@@ -7,7 +7,7 @@ import { stderrReason } from '../agents/adapters/shared.js';
 import { agentSourceEnv, buildAgentEnv } from '../agents/agent-env.js';
 import type { ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/terminate.js';
-import { diskFaultOf, writeFileAtomic } from '../store/atomic-write.js';
+import { diskFaultOf, removeStaleTemps, writeFileAtomic } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
 import { Layout, type RunPaths } from '../store/layout.js';
 import { withLedger } from '../store/ledger.js';
@@ -181,6 +181,9 @@ class Executor {
     }
     if (!this.ledgerReleased) await this.releaseLedger();
     this.store.event(this.runId, { type: 'ended', state: this.status.state });
+    // Servers write into a live run's directory too (a cancel request, an append), and one killed mid-write leaves its
+    // temp file; nobody else looks at the directory of a run that ended normally. Only writers proven gone.
+    removeStaleTemps(this.paths.dir, null);
     return exitCode;
   }
 
