@@ -65,6 +65,18 @@ export function exitWithin(child: ChildProcess, maxMs: number): Promise<{ code: 
   });
 }
 
+/**
+ * Like exitWithin, but waits for 'close': the process has exited *and* its stdio streams have ended, so everything
+ * it wrote has been read (at 'exit' a message on stderr may still be in the pipe).
+ */
+export function closeWithin(child: ChildProcess, maxMs: number): Promise<{ code: number | null; signal: NodeJS.Signals | null } | null> {
+  return new Promise((resolve) => {
+    const t = setTimeout(() => { child.off('close', onClose); resolve(null); }, maxMs);
+    const onClose = (code: number | null, signal: NodeJS.Signals | null) => { clearTimeout(t); resolve({ code, signal }); };
+    child.once('close', onClose);
+  });
+}
+
 /** Every entry under `dir` with its permission bits (symlinks reported as such). */
 export function modesUnder(dir: string): Array<{ path: string; kind: 'file' | 'dir' | 'symlink' | 'other'; mode: number }> {
   const out: Array<{ path: string; kind: 'file' | 'dir' | 'symlink' | 'other'; mode: number }> = [];
