@@ -5,7 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAIN_JS } from '../helpers/paths.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
-import { closeWithin, FAKE, modesUnder, runDirs } from './support.js';
+import { exitWithin, FAKE, modesUnder, runDirs } from './support.js';
 
 const ENV_SENTINEL = 'env-sentinel-7f3a91c2d4';
 const TASK_SENTINEL = 'task-sentinel-5be08d11aa';
@@ -139,7 +139,7 @@ describe.concurrent('an unsafe state home is refused at start', () => {
     let stdout = '';
     child.stderr.on('data', (b: Buffer) => { stderr += b.toString(); });
     child.stdout.on('data', (b: Buffer) => { stdout += b.toString(); });
-    const exited = await closeWithin(child, 15_000); // its stderr read to the end, not just the process gone
+    const exited = await exitWithin(child, 15_000, 'close'); // its stderr read to the end, not just the process gone
     if (!exited) child.kill('SIGKILL');
     expect(exited, 'the server kept running on an unsafe home').not.toBeNull();
     expect(stdout).toBe(''); // stdout is the protocol: nothing but JSON-RPC, and nothing at all here

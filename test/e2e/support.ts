@@ -55,25 +55,16 @@ export function serverProcess(s: Started): ChildProcess {
   return p;
 }
 
-/** Resolves with the exit of `child`, or with null when `maxMs` passes first. */
-export function exitWithin(child: ChildProcess, maxMs: number): Promise<{ code: number | null; signal: NodeJS.Signals | null } | null> {
-  if (child.exitCode !== null || child.signalCode !== null) return Promise.resolve({ code: child.exitCode, signal: child.signalCode });
-  return new Promise((resolve) => {
-    const t = setTimeout(() => { child.off('exit', onExit); resolve(null); }, maxMs);
-    const onExit = (code: number | null, signal: NodeJS.Signals | null) => { clearTimeout(t); resolve({ code, signal }); };
-    child.once('exit', onExit);
-  });
-}
-
 /**
- * Like exitWithin, but waits for 'close': the process has exited *and* its stdio streams have ended, so everything
- * it wrote has been read (at 'exit' a message on stderr may still be in the pipe).
+ * Resolves with the exit of `child`, or with null when `maxMs` passes first. `on: 'close'` waits until its stdio
+ * streams have ended too, so everything it wrote has been read (at 'exit' a message on stderr may still be in the pipe).
  */
-export function closeWithin(child: ChildProcess, maxMs: number): Promise<{ code: number | null; signal: NodeJS.Signals | null } | null> {
+export function exitWithin(child: ChildProcess, maxMs: number, on: 'exit' | 'close' = 'exit'): Promise<{ code: number | null; signal: NodeJS.Signals | null } | null> {
+  if (on === 'exit' && (child.exitCode !== null || child.signalCode !== null)) return Promise.resolve({ code: child.exitCode, signal: child.signalCode });
   return new Promise((resolve) => {
-    const t = setTimeout(() => { child.off('close', onClose); resolve(null); }, maxMs);
-    const onClose = (code: number | null, signal: NodeJS.Signals | null) => { clearTimeout(t); resolve({ code, signal }); };
-    child.once('close', onClose);
+    const t = setTimeout(() => { child.off(on, onEnd); resolve(null); }, maxMs);
+    const onEnd = (code: number | null, signal: NodeJS.Signals | null) => { clearTimeout(t); resolve({ code, signal }); };
+    child.once(on, onEnd);
   });
 }
 
