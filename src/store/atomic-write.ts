@@ -215,11 +215,34 @@ export function fsyncDir(dir: string): void {
 export function ensurePrivateDir(dir: string): void {
   try {
     fsPort.mkdirSync(dir, { mode: 0o700 });
+    return; // made here: mkdir(2) never follows a symlink at the last component (it fails EEXIST on one)
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
   }
   const st = fs.lstatSync(dir);
   if (!st.isDirectory()) throw Object.assign(new Error(`${dir} is not a directory`), { code: 'ENOTDIR' });
+}
+
+/**
+ * Creates `file` with `data` where no reader can meet it half written, so without a temp and a rename of its own:
+ * in a directory nobody sees yet (built under a hidden name; renaming the directory publishes its files whole), or
+ * a signal file whose name is the whole message. O_EXCL and O_NOFOLLOW all the same: an existing name, even a planted
+ * symlink, is refused (EEXIST) rather than written through. Not fsynced.
+ */
+export function writeNewFile(file: string, data: string): void {
+  let fd: number | undefined;
+  try {
+    fd = fsPort.openSync(file, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW, 0o600);
+    const bytes = Buffer.from(data);
+    let off = 0;
+    while (off < bytes.length) off += fsPort.writeSync(fd, bytes.subarray(off));
+    const done = fd;
+    fd = undefined;
+    fsPort.closeSync(done); // a failed close is a failed write (EIO on some file systems)
+  } catch (e) {
+    if (fd !== undefined) try { fs.closeSync(fd); } catch { /* already failing */ }
+    throw writeFailure(file, e);
+  }
 }
 
 /**

@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { SubagentError } from '../errors.js';
 import { isRunId } from '../ids.js';
-import { ensurePrivateDir, fsyncDirAsync, fsyncFiles, writeFileAtomic } from './atomic-write.js';
+import { ensurePrivateDir, fsyncDirAsync, fsyncFiles, writeFileAtomic, writeNewFile } from './atomic-write.js';
 import { fsPort } from './fs-port.js';
 import { appendEvent } from './event-log.js';
 import { readJsonFile } from './json-file.js';
@@ -55,9 +55,10 @@ export class RunStore {
       fs.mkdirSync(tmp.dir, { mode: 0o700 });
       for (const d of [tmp.outDir, tmp.appendsDir, tmp.promptsDir, tmp.childrenDir, tmp.budgetDir]) ensurePrivateDir(d);
       const files = [tmp.record, tmp.status, ...Object.keys(extra).map((name) => path.join(tmp.dir, name))];
-      writeFileAtomic(tmp.record, JSON.stringify(record), { durable: false });
-      writeFileAtomic(tmp.status, JSON.stringify(status), { durable: false });
-      for (const [name, text] of Object.entries(extra)) writeFileAtomic(path.join(tmp.dir, name), text, { durable: false });
+      // Plain creates: the directory's rename at publish is what makes these files appear whole.
+      writeNewFile(tmp.record, JSON.stringify(record));
+      writeNewFile(tmp.status, JSON.stringify(status));
+      for (const [name, text] of Object.entries(extra)) writeNewFile(path.join(tmp.dir, name), text);
       appendEvent(tmp.events, { type: 'created', mode: record.mode, steps: record.steps.length });
       // Fsynced together on the thread pool, the directory in the same round (both only have to precede the rename):
       // one after the other on the event loop they held up every other request of the server.

@@ -105,10 +105,12 @@ describe.skipIf(process.platform === 'win32')('F6 disk faults', () => {
     ['capacity ledger', named('ledger.json'), ['open', 'write', 'fsync', 'rename']],
     // The run index is appended to (fdatasync), not replaced: no rename.
     ['run index', (f) => f.includes(`${path.sep}index${path.sep}`) && f.endsWith('.runs'), ['open', 'write', 'fsync']],
-    ['run record', named('run.json'), ['open', 'write', 'fsync', 'rename']],
-    ['first status', named('status.json'), ['open', 'write', 'fsync', 'rename']],
+    // The run's files are created in its hidden directory, fsynced together, and published by renaming the directory.
+    ['run record', named('run.json'), ['open', 'write', 'fsync']],
+    ['first status', named('status.json'), ['open', 'write', 'fsync']],
     ['event log', named('events.jsonl'), ['open', 'write']],
-    ['catalog snapshot', (f) => f.includes(`${path.sep}runs${path.sep}`) && /catalog/.test(path.basename(f)), ['open', 'write', 'fsync', 'rename']],
+    ['catalog snapshot', (f) => f.includes(`${path.sep}runs${path.sep}`) && /catalog/.test(path.basename(f)), ['open', 'write', 'fsync']],
+    ['run directory', (f) => path.basename(path.dirname(f)) === 'runs' && path.basename(f).startsWith('r-'), ['rename']],
   ];
   const launchCases = LAUNCH_WRITES.flatMap(([what, match, ops]) => ops.flatMap((op) => CODES.map((code) => [what, op, code, match] as const)));
 

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createFileExclusive, ensurePrivateDir, removeStaleTemps, tempNameFor, writeFileAtomic } from '../../src/store/atomic-write.js';
+import { createFileExclusive, ensurePrivateDir, removeStaleTemps, tempNameFor, writeFileAtomic, writeNewFile } from '../../src/store/atomic-write.js';
 import { overrideFsPort } from '../../src/store/fs-port.js';
 
 const errno = (code: string) => Object.assign(new Error(`${code}: injected`), { code });
@@ -109,6 +109,55 @@ describe('createFileExclusive', () => {
       restore();
     }
     expect(fs.readdirSync(dir)).toEqual([]);
+  });
+});
+
+describe('writeNewFile', () => {
+  let dir: string;
+  beforeEach(() => { dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sa-nf-')); });
+  afterEach(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+  it('creates the file 0600 with its whole content and nothing beside it', () => {
+    const f = path.join(dir, 'run.json');
+    const old = process.umask(0o022);
+    try {
+      writeNewFile(f, 'x'.repeat(300_000));
+    } finally {
+      process.umask(old);
+    }
+    expect(fs.readFileSync(f, 'utf8')).toBe('x'.repeat(300_000));
+    expect(fs.statSync(f).mode & 0o777).toBe(0o600);
+    expect(fs.readdirSync(dir)).toEqual(['run.json']);
+  });
+
+  it('refuses an existing name, and a planted symlink is not written through', () => {
+    const f = path.join(dir, 'status.json');
+    writeNewFile(f, 'first');
+    expect(() => writeNewFile(f, 'second')).toThrow(expect.objectContaining({ code: 'EEXIST' }));
+    expect(fs.readFileSync(f, 'utf8')).toBe('first');
+    const target = path.join(dir, 'victim');
+    fs.writeFileSync(target, 'precious');
+    fs.symlinkSync(target, path.join(dir, 'proceed.json'));
+    expect(() => writeNewFile(path.join(dir, 'proceed.json'), 'x')).toThrow(expect.objectContaining({ code: 'EEXIST' }));
+    expect(fs.readFileSync(target, 'utf8')).toBe('precious');
+  });
+
+  it('a short write is continued, and a disk fault is a coded refusal that names the file', () => {
+    let calls = 0;
+    const restore = overrideFsPort({ writeSync: (fd, data) => { calls++; return fs.writeSync(fd, data, 0, Math.min(data.length, 7)); } });
+    try {
+      writeNewFile(path.join(dir, 'a.json'), 'abcdefghijklmnopqrstuvwxyz');
+    } finally {
+      restore();
+    }
+    expect(fs.readFileSync(path.join(dir, 'a.json'), 'utf8')).toBe('abcdefghijklmnopqrstuvwxyz');
+    expect(calls).toBe(4);
+    const failing = overrideFsPort({ writeSync: () => { throw errno('ENOSPC'); } });
+    try {
+      expect(() => writeNewFile(path.join(dir, 'status.json'), 'x')).toThrow(/could not write .*ENOSPC/);
+    } finally {
+      failing();
+    }
   });
 });
 
