@@ -5,7 +5,7 @@ import { SubagentError } from '../errors.js';
 import type { ManagerContext } from './context.js';
 
 export function realpathOrNull(p: string): string | null {
-  try { return fs.realpathSync(p); } catch { return null; }
+  try { return fs.realpathSync.native(p); } catch { return null; }
 }
 
 /** Whether `child` (a realpath) is `root` (a realpath) or inside it. */
