@@ -50,7 +50,9 @@ function executableAt(file: string): string | null {
   try {
     // stat follows symlinks on purpose: CLIs are commonly installed as links (npm, Homebrew); a directory or device
     // named like the CLI is not executable in the sense meant here.
-    if (!fs.statSync(file).isFile()) return null;
+    // throwIfNoEntry: most candidates are PATH entries without the name, and an ENOENT error built per miss (its
+    // message, its stack) was most of resolving a command.
+    if (!fs.statSync(file, { throwIfNoEntry: false })?.isFile()) return null;
     fs.accessSync(file, fs.constants.X_OK);
     return file;
   } catch {

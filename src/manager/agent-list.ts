@@ -7,7 +7,7 @@ import { shortError } from '../agents/adapters/shared.js';
 import { buildAgentEnv } from '../agents/agent-env.js';
 import { resolveBin } from '../agents/resolve-bin.js';
 import { BACKENDS, type Backend, type Permission } from '../agents/types.js';
-import { locateBackend, loadFullCatalog, catalogFor } from './agent-resolver.js';
+import { locateBackend, loadFullCatalog, catalogFor, resolverForOneLook } from './agent-resolver.js';
 import type { ManagerContext } from './context.js';
 
 export interface AgentListing {
@@ -19,9 +19,10 @@ export interface AgentListing {
 export async function listAgents(ctx: ManagerContext): Promise<AgentListing> {
   const full = ctx.nesting ? null : await loadFullCatalog(ctx);
   const agents = full ? full.agents : await catalogFor(ctx);
+  const resolve = resolverForOneLook();
   return {
     agents: [...agents.values()].sort((a, b) => a.name.localeCompare(b.name)).map((d) => {
-      const { problem } = locateBackend(d, ctx);
+      const { problem } = locateBackend(d, ctx, resolve);
       const warnings = definitionWarnings(d, { uid: process.getuid?.(), agentEnv: () => agentEnvOf(d, ctx) });
       return {
         name: d.name, description: d.description, backend: d.backend, source: d.source, trusted: d.trusted,
