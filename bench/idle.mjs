@@ -1,0 +1,57 @@
+// Idle server CPU as its own session's history grows: a server whose session holds 1 000 finished runs (adopted with
+// restore) against one whose session holds one, both doing nothing, their main threads' CPU per second
+// (/proc/<pid>/schedstat) over 5 s windows sampled in turn. A server sits idle most of its life, one per open client window.
+import fs from 'node:fs';
+import path from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { cpuMs, reapHome, report, runBench, scaled, serverEnv, sleep, startServer, tempHome, writeAgent } from './lib.mjs';
+
+const RUNS = Number(process.env.BENCH_IDLE_RUNS) || 1000;
+
+/** A home whose one session owns `extra` finished runs besides a real one (copies of it, indexed under the session). */
+async function homeWithSession(extra) {
+  const h = tempHome();
+  writeAgent(h.home, 'instant', { backend: 'command', command: ['true'] });
+  const s = await startServer(serverEnv(h));
+  const runId = (await s.call('launch', { agent: 'instant', task: 'x' })).structuredContent.runId;
+  const { sessionId } = (await s.call('status', { runId, waitMs: 30_000, until: 'terminal' })).structuredContent;
+  await s.close();
+  const read = (name) => JSON.parse(fs.readFileSync(path.join(h.home, 'runs', runId, name), 'utf8'));
+  const record = read('run.json');
+  const status = read('status.json');
+  let lines = '';
+  for (let i = 0; i < extra; i++) {
+    const id = `r-${randomBytes(18).toString('base64url')}`;
+    const dir = path.join(h.home, 'runs', id);
+    fs.mkdirSync(dir, { mode: 0o700 });
+    fs.writeFileSync(path.join(dir, 'run.json'), JSON.stringify({ ...record, runId: id, rootRunId: id }), { mode: 0o600 });
+    fs.writeFileSync(path.join(dir, 'status.json'), JSON.stringify({ ...status, runId: id }), { mode: 0o600 });
+    lines += `${id}\n`;
+  }
+  fs.appendFileSync(path.join(h.home, 'index', `${encodeURIComponent(sessionId)}.runs`), lines);
+  const served = await startServer(serverEnv(h));
+  const adopted = (await served.call('restore', { lineage: [sessionId] })).structuredContent;
+  return { h, s: served, adopted };
+}
+
+runBench(async () => {
+  const homes = [await homeWithSession(0), await homeWithSession(RUNS - 1)];
+  try {
+    await sleep(1000); // past restore's own work and the first full scans
+    const perSecond = [[], []];
+    // 5 s windows: each holds one of the poll's full scans (every 10th poll), so a median is not a window without one.
+    for (let i = 0; i < scaled(4); i++) {
+      for (const k of i % 2 ? [0, 1] : [1, 0]) {
+        const pid = homes[k].s.pid;
+        const c0 = cpuMs(pid);
+        const t0 = performance.now();
+        await sleep(5000);
+        perSecond[k].push(((cpuMs(pid) - c0) * 1000) / (performance.now() - t0));
+      }
+    }
+    const floor = [...perSecond[0]].sort((a, b) => a - b)[perSecond[0].length >> 1];
+    report(`idle server CPU per second, ${RUNS} runs in its session / 1`, perSecond[1], floor, { note: 'main thread, /proc/<pid>/schedstat; floor = the same server with one run; interleaved 5 s windows' });
+  } finally {
+    for (const { h, s } of homes) { await s.close(); await reapHome(h.home); h.cleanup(); }
+  }
+});
