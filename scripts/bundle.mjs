@@ -136,7 +136,10 @@ export async function bundle() {
       banner: { js: 'var __runnerFileUrl=require("node:url").pathToFileURL(__filename).href;' },
       plugins: [builtinDefaults],
     };
-    await esbuild.build({ entryPoints: [path.join(repo, 'src', 'runner', 'supervise.ts')], outfile: path.join(tmp, 'runner-supervisor.cjs'), ...RUNNER_CJS });
+    await esbuild.build({
+      entryPoints: [path.join(repo, 'src', 'runner', 'supervise.ts')], outfile: path.join(tmp, 'runner-supervisor.cjs'), ...RUNNER_CJS,
+      alias: { ...RUNNER_CJS.alias, assert: path.join(repo, 'scripts', 'bundle-shims', 'assert.cjs') },
+    });
     await esbuild.build({ entryPoints: [path.join(repo, 'src', 'runner', 'main.ts')], outfile: path.join(tmp, 'runner', 'main.cjs'), ...RUNNER_CJS });
     // tsc's own entry stays runnable next to the bundle (bench/coldstart.mjs compares the two in one run).
     fs.copyFileSync(path.join(dist, 'main.js'), path.join(dist, 'main.unbundled.js'));
