@@ -81,12 +81,15 @@ export function notFound(runId: string): SubagentError {
 /**
  * Every run visible to this session, newest first. Reads the run index of the visible sessions (runs of other
  * sessions are never touched, however many there are), then each run's meta (cached) and the same visibility rule.
+ * `checked`: runs the caller found visible and present a moment ago, taken as they are (no file looked at).
  */
-export function listVisible(ctx: ManagerContext): RunMeta[] {
+export function listVisible(ctx: ManagerContext, checked?: ReadonlyMap<string, { meta: RunMeta }>): RunMeta[] {
   const out: RunMeta[] = [];
   const ids = indexedRunIds(ctx.layout, ctx.visibleSessions());
   for (const id of appearedRunIds(ctx.layout)) ids.add(id);
   for (const id of ids) {
+    const known = checked?.get(id);
+    if (known) { out.push(known.meta); continue; }
     const m = readMeta(ctx, id);
     // A removed run (gc) stays in the index: its directory is the truth.
     if (m && isVisible(ctx, m) && fs.existsSync(ctx.store.paths(id).dir)) out.push(m);

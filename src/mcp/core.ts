@@ -64,7 +64,7 @@ export function startCore(o: CoreOptions): Core {
   const client = o.server.getClientVersion();
   void sessions.adoptRecord(client ? { name: client.name.slice(0, 100), version: client.version.slice(0, 50) } : null).catch(() => { /* best effort */ });
   const watcher = new RunWatcher(ctx, o.server);
-  const env: ToolEnv = { ctx, shutdown: o.shutdown, sessions: ctx.nesting ? null : sessions, onListChanged: () => watcher.listChanged() };
+  const env: ToolEnv = { ctx, shutdown: o.shutdown, sessions: ctx.nesting ? null : sessions, onListChanged: (c) => watcher.listChanged(c?.existing ?? false) };
   watcher.start();
   const stopSweeper = new Sweeper(ctx).start();
   return {

@@ -56,6 +56,14 @@ export class RunWatcher {
   private knownSessions = new Set<string>();
   /** The runs resources/list shows (visible, not dismissed), to announce list changes from any source. */
   private listed = '';
+  /**
+   * Ended runs as a full scan last checked them (present, dismissed or not). Later full scans take them as they are
+   * and look only at new and active runs: a launch's full scan then costs the same with 1 000 ended runs in the
+   * session as with none (it checked two files per run). Every run is checked again by the next audit.
+   */
+  private settled = new Map<string, { meta: RunMeta; dismissed: boolean }>();
+  /** The next full scan checks every run again (the 5 s poll; runs already listed changed: dismiss, restore). */
+  private auditNext = true;
 
   constructor(private readonly ctx: ManagerContext, private readonly server: Server) {}
 
@@ -63,7 +71,7 @@ export class RunWatcher {
     let polls = 0;
     this.timer = setInterval(() => {
       this.reconcileNext = true;
-      this.poke({ full: ++polls % FULL_POLL_EVERY === 0, all: true });
+      this.poke({ audit: ++polls % FULL_POLL_EVERY === 0, all: true });
     }, POLL_MS);
     this.timer.unref();
     try {
@@ -84,8 +92,11 @@ export class RunWatcher {
   subscribe(uri: string): void { this.subscribed.add(uri.split('?')[0]!); this.poke({ all: true }); }
   unsubscribe(uri: string): void { this.subscribed.delete(uri.split('?')[0]!); }
 
-  /** A launch or restore changed the list: the next scan announces the new runs (once, deduplicated). */
-  listChanged(): void { this.poke({ full: true }); }
+  /**
+   * A launch changed the list, or (`existing`) a restore or a dismissal changed runs already listed: the next scan
+   * announces the change (once, deduplicated).
+   */
+  listChanged(existing = false): void { this.poke(existing ? { audit: true } : { full: true }); }
 
   /**
    * Coalesces bursts of events into one scan; a poke during a scan runs one more scan after it. A light poke (a tool
@@ -95,8 +106,9 @@ export class RunWatcher {
    * An event in one run's directory marks only that run to be read again, and only the poll reconciles: with eight
    * launches in flight every event made the scan read, and reconcile, all eight (a quarter of the server's CPU).
    */
-  poke(o: { full?: boolean; all?: boolean; runId?: string } = { all: true }): void {
-    if (o.full) this.wantFull = true;
+  poke(o: { full?: boolean; audit?: boolean; all?: boolean; runId?: string } = { all: true }): void {
+    if (o.full || o.audit) this.wantFull = true;
+    if (o.audit) this.auditNext = true;
     if (o.all) this.readAll = true;
     if (o.runId !== undefined) this.dirty.add(o.runId);
     if (this.scanning) { this.again = true; return; }
@@ -128,13 +140,15 @@ export class RunWatcher {
       this.wantFull = false;
       this.lastFullAtMs = nowMs;
     }
+    const audit = full && (this.auditNext || !this.primed);
+    if (audit) this.auditNext = false;
     const all = this.readAll || !this.primed;
     const reconcile = this.reconcileNext;
     const dirty = new Set(this.dirty);
     this.readAll = false;
     this.reconcileNext = false;
     this.dirty.clear();
-    const metas = full ? listVisible(this.ctx) : all ? [...this.active.values()] : [...dirty].flatMap((id) => this.active.get(id) ?? []);
+    const metas = full ? listVisible(this.ctx, audit ? undefined : this.settled) : all ? [...this.active.values()] : [...dirty].flatMap((id) => this.active.get(id) ?? []);
     const sessions = full ? this.ctx.visibleSessions() : this.knownSessions;
     if (full) markAdoptedRuns(this.ctx, metas);
     for (const m of metas) {
@@ -158,7 +172,16 @@ export class RunWatcher {
     if (!full) return;
     const present = new Set(metas.map((m) => m.runId));
     for (const runId of this.active.keys()) if (!present.has(runId)) this.active.delete(runId); // removed (gc)
-    const listed = metas.filter((m) => !this.ctx.store.isDismissed(m.runId)).map((m) => m.runId).sort().join(',');
+    const settled = audit ? new Map<string, { meta: RunMeta; dismissed: boolean }>() : this.settled;
+    const listedIds: string[] = [];
+    for (const m of metas) {
+      const known = audit ? undefined : this.settled.get(m.runId);
+      const dismissed = known ? known.dismissed : this.ctx.store.isDismissed(m.runId);
+      if (!dismissed) listedIds.push(m.runId);
+      if (!known && isTerminalRun(this.seen.get(m.runId)?.state ?? 'running')) settled.set(m.runId, { meta: m, dismissed });
+    }
+    this.settled = settled;
+    const listed = listedIds.sort().join(',');
     if (this.primed && listed !== this.listed) this.send(() => this.server.sendResourceListChanged());
     this.listed = listed;
     this.knownSessions = new Set(sessions);

@@ -10,8 +10,10 @@ export interface ToolEnv {
   ctx: ManagerContext;
   /** Aborted when the server shuts down (in-flight launches are abandoned cleanly). */
   shutdown: AbortSignal;
-  /** Resources changed (a run was launched or adopted). */
-  onListChanged: () => void;
+  /**
+   * Resources changed: a run was launched, or (`existing`) runs already listed changed: adopted by restore, or dismissed.
+   */
+  onListChanged: (o?: { existing?: boolean }) => void;
   sessions: SessionView | null;
 }
 

@@ -81,6 +81,29 @@ describe('resource subscriptions and run-end messages', () => {
     await a.client.unsubscribeResource({ uri });
   });
 
+  it('list changes: a dismiss here, and one by another process (no change in runs/: the audit of every run sees it), are announced', async () => {
+    w = world();
+    const a = await w.start();
+    const l = listen(a);
+    const one = await launchOk(a, { agent: 'echo', task: 'one' });
+    const two = await launchOk(a, { agent: 'echo', task: 'two' });
+    for (const r of [one, two]) expect(sc(await a.call('status', { runId: r.runId, waitMs: 20_000, until: 'terminal' })).state).toBe('completed');
+    await l.until('list changed after the launches', () => l.listChanged() > 0);
+    await a.client.ping();
+    const listed = async () => (await a.client.listResources()).resources.map((r) => r.uri).filter((u) => u.startsWith('subagents://runs/'));
+    let seen = l.listChanged();
+    expect(sc(await a.call('dismiss', { runId: one.runId })).dismissed).toBe(true);
+    await l.until('list changed after a dismiss here', () => l.listChanged() > seen);
+    expect(await listed()).not.toContain(`subagents://runs/${one.runId}`);
+    // Another server process of the lineage dismisses the other run: nothing in runs/ changes, the audit sees it.
+    const b = await w.start();
+    expect(sc(await b.call('restore', { lineage: [one.sessionId] })).adopted).toBeGreaterThan(0);
+    seen = l.listChanged();
+    expect(sc(await b.call('dismiss', { runId: two.runId })).dismissed).toBe(true);
+    await l.until('list changed after a dismiss elsewhere', () => l.listChanged() > seen, 15_000);
+    expect(await listed()).not.toContain(`subagents://runs/${two.runId}`);
+  });
+
   it('logging/setLevel warning suppresses the run-end message; resources/updated still arrives', async () => {
     w = world();
     const a = await w.start();

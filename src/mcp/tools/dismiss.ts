@@ -15,7 +15,7 @@ export const dismissTool: ToolDefinition = {
       const a = parseInput(DismissInput, args);
       if (a.runId === undefined) throw invalid('runId is required.');
       const r = await dismissRun(env.ctx, a.runId, a.cancel ?? false);
-      env.onListChanged();
+      env.onListChanged({ existing: true });
       return success({ sessionId: env.ctx.sessionId, ...r });
     } catch (e) {
       return refusal(e, env.ctx.log);

@@ -16,7 +16,7 @@ export const restoreTool: ToolDefinition = {
       const a = parseInput(RestoreInput, args);
       if (a.lineage === undefined) throw invalid('lineage is required: the sessionIds of earlier sessions, newest first.');
       const r = await restore(env.ctx, env.sessions, a.lineage);
-      env.onListChanged();
+      env.onListChanged({ existing: true });
       return success({ ...r });
     } catch (e) {
       return refusal(e, env.ctx.log);
