@@ -1,12 +1,13 @@
-// Idle server CPU as its own session's history grows: a server whose session holds 1 000 finished runs (adopted with
-// restore) against one whose session holds one, both doing nothing, their main threads' CPU per second
-// (/proc/<pid>/schedstat) over 5 s windows sampled in turn. A server sits idle most of its life, one per open client window.
+// The session's own history: a server whose session holds 1 000 finished runs (adopted with restore) against one
+// whose session holds one. Idle: their main threads' CPU per second (/proc/<pid>/schedstat) over 5 s windows sampled
+// in turn; a server sits idle most of its life, one per open client window. Launch: the round trip of a launch of an
+// instant agent, each run waited to its end, in turn. (bench/history.mjs has the runs in other sessions.)
 import fs from 'node:fs';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
-import { cpuMs, reapHome, report, runBench, scaled, serverEnv, sleep, startServer, tempHome, writeAgent } from './lib.mjs';
+import { SAMPLES, cpuMs, now, reapHome, report, runBench, scaled, serverEnv, sleep, startServer, tempHome, writeAgent } from './lib.mjs';
 
-const RUNS = Number(process.env.BENCH_IDLE_RUNS) || 1000;
+const RUNS = Number(process.env.BENCH_SESSION_RUNS) || 1000;
 
 /** A home whose one session owns `extra` finished runs besides a real one (copies of it, indexed under the session). */
 async function homeWithSession(extra) {
@@ -49,8 +50,20 @@ runBench(async () => {
         perSecond[k].push(((cpuMs(pid) - c0) * 1000) / (performance.now() - t0));
       }
     }
-    const floor = [...perSecond[0]].sort((a, b) => a - b)[perSecond[0].length >> 1];
-    report(`idle server CPU per second, ${RUNS} runs in its session / 1`, perSecond[1], floor, { note: 'main thread, /proc/<pid>/schedstat; floor = the same server with one run; interleaved 5 s windows' });
+    const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+    report(`idle server CPU per second, ${RUNS} runs in its session / 1`, perSecond[1], median(perSecond[0]), { note: 'main thread, /proc/<pid>/schedstat; floor = the same server with one run; interleaved 5 s windows' });
+    const launches = [[], []];
+    for (let i = 0; i < SAMPLES + 3; i++) {
+      for (const k of i % 2 ? [0, 1] : [1, 0]) {
+        const { s } = homes[k];
+        const t0 = now();
+        const runId = (await s.call('launch', { agent: 'instant', task: 'x' })).structuredContent.runId;
+        const ms = now() - t0;
+        await s.call('status', { runId, waitMs: 30_000, until: 'terminal' });
+        if (i >= 3) launches[k].push(ms);
+      }
+    }
+    report(`launch, ${RUNS} runs in its session / 1`, launches[1], median(launches[0]), { note: 'floor = the same launch in a session with one run; interleaved; the history target (≤ 1.2) for the session\'s own runs' });
   } finally {
     for (const { h, s } of homes) { await s.close(); await reapHome(h.home); h.cleanup(); }
   }
