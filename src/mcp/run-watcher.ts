@@ -11,10 +11,11 @@ import { runUri } from './resources.js';
 /** The backing poll: with the 500 ms period a state change is notified within 1 s even when no file event arrives. */
 export const POLL_MS = 500;
 /**
- * Every this many polls the poll also lists every run of the session (5 s). Runs appear and leave through `runs/`,
- * whose own watch brings a full scan at once; the poll's full scan is the safety net behind that watch. Listing on
- * every poll cost an idle server two file checks per run of its session twice a second (1 000 runs: +24 ms of CPU a
- * second, doing nothing).
+ * Every this many polls (5 s) the poll audits the whole session: every run's directory and dismissal checked again.
+ * New runs appear through `runs/`, whose own watch brings a full scan at once, and that scan takes ended runs as the
+ * last audit found them; the audit is what sees an ended run removed or dismissed by another process. Listing every
+ * run on every poll cost an idle server two file checks per run of its session twice a second (1 000 runs: +24 ms of
+ * CPU a second, doing nothing).
  */
 export const FULL_POLL_EVERY = 10;
 /**
