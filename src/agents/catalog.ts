@@ -5,6 +5,12 @@ import { errnoCode } from '../errors.js';
 import { parseAgentFile, type AgentFileMeta, type ParseResult } from './definition.js';
 import type { AgentDefinition, AgentSource, Backend } from './types.js';
 
+/**
+ * realpath(3) where it is the C library's (one call instead of Node's lstat per path component); Windows keeps Node's
+ * JavaScript walk, which copes with the subst and RAM drives its native call refuses (`agents` and doctor run there).
+ */
+export const realpathOf: (p: string) => string = process.platform === 'win32' ? fs.realpathSync : fs.realpathSync.native;
+
 /** SPEC §3: larger agent files are refused unread. */
 export const MAX_AGENT_FILE_BYTES = 64 * 1024;
 
@@ -100,7 +106,7 @@ function readAgentDir(d: AgentDir, trusted: boolean, maxTimeoutMs: number, refus
   let dirReal: string;
   let entries: string[];
   try {
-    dirReal = fs.realpathSync.native(d.dir);
+    dirReal = realpathOf(d.dir);
     if (!fs.statSync(dirReal).isDirectory()) return [];
     entries = fs.readdirSync(dirReal);
   } catch (e) {
@@ -182,7 +188,7 @@ function readAgentFile(dirReal: string, entry: string): FileRead {
   let realPath = full;
   try {
     // An entry that is not a symlink, in a directory already resolved, is its own realpath: only links are resolved.
-    if (fs.lstatSync(full).isSymbolicLink()) realPath = fs.realpathSync.native(full);
+    if (fs.lstatSync(full).isSymbolicLink()) realPath = realpathOf(full);
   } catch (e) {
     const code = errnoCode(e);
     return { ok: false, reason: code === 'ENOENT' ? 'a symlink to nothing' : `the file cannot be read (${code ?? 'error'})` };
@@ -223,7 +229,7 @@ function readAgentFile(dirReal: string, entry: string): FileRead {
 
 function realpathOrNull(p: string): string | null {
   try {
-    return fs.realpathSync.native(p);
+    return realpathOf(p);
   } catch {
     return null;
   }

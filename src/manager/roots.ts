@@ -1,11 +1,12 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
+import { realpathOf } from '../agents/catalog.js';
 import { SubagentError } from '../errors.js';
 import type { ManagerContext } from './context.js';
 
 export function realpathOrNull(p: string): string | null {
-  try { return fs.realpathSync.native(p); } catch { return null; }
+  try { return realpathOf(p); } catch { return null; }
 }
 
 /** Whether `child` (a realpath) is `root` (a realpath) or inside it. */
