@@ -2,14 +2,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { Settings } from '../config.js';
 import { errnoCode } from '../errors.js';
+import { realpathOf, realpathOrNull } from '../realpath.js';
 import { parseAgentFile, type AgentFileMeta, type ParseResult } from './definition.js';
 import type { AgentDefinition, AgentSource, Backend } from './types.js';
-
-/**
- * realpath(3) where it is the C library's (one call instead of Node's lstat per path component); Windows keeps Node's
- * JavaScript walk, which copes with the subst and RAM drives its native call refuses (`agents` and doctor run there).
- */
-export const realpathOf: (p: string) => string = process.platform === 'win32' ? fs.realpathSync : fs.realpathSync.native;
 
 /** SPEC §3: larger agent files are refused unread. */
 export const MAX_AGENT_FILE_BYTES = 64 * 1024;
@@ -174,15 +169,15 @@ function parseRemembered(bytes: Buffer, meta: AgentFileMeta): ParseResult {
 type FileRead = { ok: true; bytes: Buffer; realPath: string } | { ok: false; reason: string };
 
 /**
- * Reads one file of a directory, refusing what a hostile repository could plant: a symlink out of the directory
- * (to ~/.ssh/config, say), a FIFO or device that would block or never end, a huge file.
- */
-/**
  * One buffer for every file read (the reads are synchronous), and only what was read is copied out: a fresh zeroed
  * 64 KiB per file, every launch re-reading every agent file, was ~half of a 30-agent catalog's CPU (the alloc and its GC).
  */
 const readBuffer = Buffer.allocUnsafe(MAX_AGENT_FILE_BYTES + 1);
 
+/**
+ * Reads one file of a directory, refusing what a hostile repository could plant: a symlink out of the directory
+ * (to ~/.ssh/config, say), a FIFO or device that would block or never end, a huge file.
+ */
 function readAgentFile(dirReal: string, entry: string): FileRead {
   const full = path.join(dirReal, entry);
   let realPath = full;
@@ -227,13 +222,6 @@ function readAgentFile(dirReal: string, entry: string): FileRead {
   }
 }
 
-function realpathOrNull(p: string): string | null {
-  try {
-    return realpathOf(p);
-  } catch {
-    return null;
-  }
-}
 
 /** `child` is `parent` or below it (both absolute and resolved). */
 function isInside(parent: string, child: string): boolean {

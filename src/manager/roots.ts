@@ -1,13 +1,9 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { realpathOf } from '../agents/catalog.js';
 import { SubagentError } from '../errors.js';
+import { realpathOrNull } from '../realpath.js';
 import type { ManagerContext } from './context.js';
-
-export function realpathOrNull(p: string): string | null {
-  try { return realpathOf(p); } catch { return null; }
-}
 
 /** Whether `child` (a realpath) is `root` (a realpath) or inside it. */
 export function isInside(child: string, root: string): boolean {

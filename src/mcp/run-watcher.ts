@@ -179,7 +179,8 @@ export class RunWatcher {
       const known = audit ? undefined : this.settled.get(m.runId);
       const dismissed = known ? known.dismissed : this.ctx.store.isDismissed(m.runId);
       if (!dismissed) listedIds.push(m.runId);
-      if (!known && isTerminalRun(this.seen.get(m.runId)?.state ?? 'running')) settled.set(m.runId, { meta: m, dismissed });
+      const state = this.seen.get(m.runId)?.state;
+      if (!known && state !== undefined && isTerminalRun(state)) settled.set(m.runId, { meta: m, dismissed });
     }
     this.settled = settled;
     const listed = listedIds.sort().join(',');

@@ -2,7 +2,7 @@ import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js'
 import { loadSettings, type Settings } from '../config.js';
 import { newSessionId } from '../ids.js';
 import { setOriginalUmask } from '../manager/original-umask.js';
-import { realpathOrNull } from '../manager/roots.js';
+import { realpathOrNull } from '../realpath.js';
 import { newSessionRecord, registerSession } from '../manager/session-record.js';
 import { Layout } from '../store/layout.js';
 import { SessionRegistry } from '../store/session-registry.js';
