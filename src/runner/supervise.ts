@@ -7,7 +7,7 @@ import { stderrReason } from '../agents/adapters/shared.js';
 import { agentSourceEnv, buildAgentEnv } from '../agents/agent-env.js';
 import type { ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/terminate.js';
-import { diskFaultOf, removeStaleTemps, writeFileAtomic } from '../store/atomic-write.js';
+import { diskFaultOf, ensurePrivateDir, removeStaleTemps, writeFileAtomic } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
 import { Layout, type RunPaths } from '../store/layout.js';
 import { withLedger } from '../store/ledger.js';
@@ -86,6 +86,9 @@ export async function supervise(record: RunRecord, paths: RunPaths, me: ProcessI
     process.stderr.write('runner: the launch was abandoned before the start; no agent started\n');
     return 0;
   }
+  // The run's output directory, which the server leaves to us (src/store/run-store.ts, prepare). Not made (a full
+  // disk): the first write into it fails the step, or the run's end, with that cause.
+  try { ensurePrivateDir(paths.outDir); } catch { /* said by the write that needs it */ }
   store.event(record.runId, { type: 'started', pid: me.pid });
   installStatusWriteFault(process.env.SUBAGENTS_TEST_FAULT, paths.dir);
   return new Executor(record, paths, store, layout, me, started).run();
@@ -382,6 +385,7 @@ class Executor {
   private mintBudget(stepKey: string): { secret: string; revoke: () => void } {
     const secret = randomBytes(32).toString('base64url');
     const file = this.paths.budgetFile(createHash('sha256').update(secret).digest('hex'));
+    ensurePrivateDir(this.paths.budgetDir);
     // Not fsynced: it is valid only while this step's agent lives, and no agent outlives a crash of the machine.
     writeFileAtomic(file, JSON.stringify({ stepKey, at: new Date().toISOString() }), { durable: false });
     return { secret, revoke: () => { try { fs.unlinkSync(file); } catch { /* gone */ } } };

@@ -211,16 +211,25 @@ export function fsyncDir(dir: string): void {
   }
 }
 
-/** Makes a private directory (0700); refuses an existing symlink in its place. */
-export function ensurePrivateDir(dir: string): void {
+/** Makes a private directory (0700); refuses an existing symlink in its place. True when it made the directory. */
+export function ensurePrivateDir(dir: string): boolean {
   try {
     fsPort.mkdirSync(dir, { mode: 0o700 });
-    return; // made here: mkdir(2) never follows a symlink at the last component (it fails EEXIST on one)
+    return true; // made here: mkdir(2) never follows a symlink at the last component (it fails EEXIST on one)
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
   }
   const st = fs.lstatSync(dir);
   if (!st.isDirectory()) throw Object.assign(new Error(`${dir} is not a directory`), { code: 'ENOTDIR' });
+  return false;
+}
+
+/**
+ * `ensurePrivateDir` for a directory that will hold acknowledged files (SPEC §8.1): a directory made here has its
+ * name fsynced in the parent too, or a crash of the machine could lose it with the durable file inside.
+ */
+export function ensureDurablePrivateDir(dir: string): void {
+  if (ensurePrivateDir(dir)) fsyncDir(path.dirname(dir));
 }
 
 /**

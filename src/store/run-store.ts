@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { SubagentError } from '../errors.js';
 import { isRunId } from '../ids.js';
-import { ensurePrivateDir, fsyncDirAsync, fsyncFiles, writeFileAtomic, writeNewFile } from './atomic-write.js';
+import { ensureDurablePrivateDir, fsyncDirAsync, fsyncFiles, writeFileAtomic, writeNewFile } from './atomic-write.js';
 import { fsPort } from './fs-port.js';
 import { appendEvent } from './event-log.js';
 import { readJsonFile } from './json-file.js';
@@ -44,8 +44,12 @@ export class RunStore {
 
   /**
    * Writes the run's directory (its record, status and `extra` files, name → content, e.g. the catalog snapshot)
-   * under a hidden temp name and starts its fsyncs; nothing is in `runs/` yet. Then `publish` (or `discard`). A launch prepares while its reservation's ledger write is on the disk: the writes here
-   * are main-thread work that used to wait for that write, and their fsyncs run beside the ledger's.
+   * under a hidden temp name and starts its fsyncs; nothing is in `runs/` yet. Then `publish` (or `discard`). A launch
+   * prepares while its reservation's ledger write is on the disk: the writes here are main-thread work that used to
+   * wait for that write, and their fsyncs run beside the ledger's. No subdirectory: each is made by its first writer
+   * (`out/`, `prompts/`, `budget/` by the runner, `appends/` and `children/` by a run's first append or nested launch).
+   * Every inode a launch creates costs kernel CPU, on an ext4 without a journal (this machine kind) up to ~0.75 ms
+   * each, and eight launches prepare one after the other on this thread (docs/performance.md, eighth session).
    */
   prepare(record: RunRecord, status: RunStatus, extra: Record<string, string> = {}): PreparedRun {
     // Built under a hidden temp name and renamed into place: a server killed mid-create leaves no half-record (a run
@@ -53,7 +57,6 @@ export class RunStore {
     const tmp = new RunPaths(path.join(this.layout.runsDir, `.${record.runId}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`));
     try {
       fs.mkdirSync(tmp.dir, { mode: 0o700 });
-      for (const d of [tmp.outDir, tmp.appendsDir, tmp.promptsDir, tmp.childrenDir, tmp.budgetDir]) ensurePrivateDir(d);
       const files = [tmp.record, tmp.status, ...Object.keys(extra).map((name) => path.join(tmp.dir, name))];
       // Plain creates: the directory's rename at publish is what makes these files appear whole.
       writeNewFile(tmp.record, JSON.stringify(record));
@@ -178,6 +181,7 @@ export class RunStore {
 
   /** Durable before `append` answers (SPEC §8.1). Caller holds the run lock. */
   writeAppend(runId: string, rec: AppendRecord): void {
+    ensureDurablePrivateDir(this.paths(runId).appendsDir); // made by the run's first append
     writeFileAtomic(this.paths(runId).appendFile(rec.seq), JSON.stringify(rec));
   }
 
@@ -207,6 +211,7 @@ export class RunStore {
   }
 
   addChild(parentRunId: string, childRunId: string, stepKey: string): void {
+    ensureDurablePrivateDir(this.paths(parentRunId).childrenDir); // made by the run's first nested launch
     writeFileAtomic(path.join(this.paths(parentRunId).childrenDir, `${childRunId}.json`), JSON.stringify({ stepKey }));
   }
 

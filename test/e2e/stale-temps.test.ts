@@ -43,6 +43,7 @@ describe('temp files of dead writers in a run directory', () => {
       path.join(runDir, 'appends', `.000007.json.${pid}.3c.tmp`),
     ];
     const live = path.join(runDir, `.cancel-request.json.${process.pid}.4d.tmp`);
+    fs.mkdirSync(path.join(runDir, 'appends'), { recursive: true, mode: 0o700 }); // as a run's first append makes it
     for (const f of [...dead, live]) fs.writeFileSync(f, '{"half":', { mode: 0o600 });
     return { dead, live };
   }

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createFileExclusive, ensurePrivateDir, removeStaleTemps, tempNameFor, writeFileAtomic, writeNewFile } from '../../src/store/atomic-write.js';
+import { createFileExclusive, ensureDurablePrivateDir, ensurePrivateDir, removeStaleTemps, tempNameFor, writeFileAtomic, writeNewFile } from '../../src/store/atomic-write.js';
 import { overrideFsPort } from '../../src/store/fs-port.js';
 
 const errno = (code: string) => Object.assign(new Error(`${code}: injected`), { code });
@@ -183,5 +183,40 @@ describe('ensurePrivateDir', () => {
     fs.mkdirSync(real);
     fs.symlinkSync(real, path.join(dir, 'runs'));
     expect(() => ensurePrivateDir(path.join(dir, 'runs'))).toThrow(/not a directory/);
+  });
+
+  it('says whether it made the directory', () => {
+    const d = path.join(dir, 'runs');
+    expect(ensurePrivateDir(d)).toBe(true);
+    expect(ensurePrivateDir(d)).toBe(false);
+  });
+});
+
+describe('ensureDurablePrivateDir', () => {
+  let dir: string;
+  let restore: (() => void) | undefined;
+  beforeEach(() => { dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sa-dpd-')); });
+  afterEach(() => { restore?.(); restore = undefined; fs.rmSync(dir, { recursive: true, force: true }); });
+
+  /** Records the paths fsynced, by the descriptor's target (real fsyncs still run). */
+  function recordFsyncs(): string[] {
+    const synced: string[] = [];
+    restore = overrideFsPort({ fsyncSync: (fd) => { synced.push(fs.readlinkSync(`/proc/self/fd/${fd}`)); fs.fsyncSync(fd); } });
+    return synced;
+  }
+
+  it.skipIf(process.platform !== 'linux')('fsyncs the parent when it makes the directory, and only then', () => {
+    const d = path.join(dir, 'appends');
+    const synced = recordFsyncs();
+    ensureDurablePrivateDir(d);
+    expect(synced).toEqual([fs.realpathSync(dir)]);
+    ensureDurablePrivateDir(d);
+    expect(synced).toHaveLength(1);
+    expect(fs.statSync(d).mode & 0o777).toBe(0o700);
+  });
+
+  it('fails when the parent\'s fsync fails (the new name is not durable)', () => {
+    restore = overrideFsPort({ fsyncSync: () => { throw errno('EIO'); } });
+    expect(() => ensureDurablePrivateDir(path.join(dir, 'appends'))).toThrow(/EIO/);
   });
 });
