@@ -86,9 +86,12 @@ export async function supervise(record: RunRecord, paths: RunPaths, me: ProcessI
     process.stderr.write('runner: the launch was abandoned before the start; no agent started\n');
     return 0;
   }
-  // The run's output directory, which the server leaves to us (src/store/run-store.ts, prepare). Not made (a full
-  // disk): the first write into it fails the step, or the run's end, with that cause.
-  try { ensurePrivateDir(paths.outDir); } catch { /* said by the write that needs it */ }
+  // The run's working directories, which the server leaves to us (src/store/run-store.ts, prepare), made once here
+  // rather than inside a step. One not made (a full disk): the step's own ensurePrivateDir, or the first write into
+  // it, fails the step or the run's end with that cause.
+  for (const d of [paths.outDir, paths.promptsDir, paths.budgetDir]) {
+    try { ensurePrivateDir(d); } catch { /* said by the step or the write that needs it */ }
+  }
   store.event(record.runId, { type: 'started', pid: me.pid });
   installStatusWriteFault(process.env.SUBAGENTS_TEST_FAULT, paths.dir);
   return new Executor(record, paths, store, layout, me, started).run();
