@@ -3,6 +3,7 @@
 // BENCH_ONLY=name,name runs a subset; BENCH_SAMPLES scales the sample counts; BENCH_JSON=<file> also writes JSON lines.
 import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
@@ -16,7 +17,29 @@ const only = process.env.BENCH_ONLY ? new Set(process.env.BENCH_ONLY.split(',').
 const env = { ...process.env };
 delete env.NODE_EXTRA_CA_CERTS; // doubles every Node start here; each bench also hands its processes a clean env
 delete env.NODE_OPTIONS;
-process.stdout.write(`node ${process.version}, ${process.env.BENCH_SAMPLES ?? 30} samples per figure, load ${fs.readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ')}\n`);
+/**
+ * The median cost of creating a file in the temp dir, where every bench makes its homes. On an ext4 without a journal
+ * (this machine kind's disk) it is 0.03–0.8 ms and grows with what was deleted there in the last minutes, since the
+ * inode allocator steps over each recently freed inode; a run makes ~35 inodes, a bare handshake ~5, so it colours
+ * every ratio (docs/performance.md, eighth session). Printed so that runs can be compared.
+ */
+function newInodeUs() {
+  const dirPath = fs.mkdtempSync(path.join(os.tmpdir(), 'sa-inode-probe-'));
+  const us = [];
+  try {
+    for (let i = 0; i < 100; i++) {
+      const t0 = process.hrtime.bigint();
+      fs.closeSync(fs.openSync(path.join(dirPath, String(i)), 'wx', 0o600));
+      us.push(Number(process.hrtime.bigint() - t0) / 1000);
+    }
+  } finally {
+    fs.rmSync(dirPath, { recursive: true, force: true });
+  }
+  return us.sort((a, b) => a - b)[50];
+}
+
+const loadavg = fs.readFileSync('/proc/loadavg', 'utf8').split(' ').slice(0, 3).join(' ');
+process.stdout.write(`node ${process.version}, ${process.env.BENCH_SAMPLES ?? 30} samples per figure, load ${loadavg}, a new file in ${os.tmpdir()} ${newInodeUs().toFixed(0)} µs\n`);
 const crashed = [];
 for (const name of names) {
   if (only && !only.has(name)) continue;
@@ -26,6 +49,7 @@ for (const name of names) {
   process.stdout.write(`   (${name} took ${((performance.now() - t0) / 1000).toFixed(1)} s)\n`);
   if (r.status !== 0) crashed.push(`${name} (${r.signal ?? `exit ${r.status}`})`);
 }
+if (!only || only.size > 1) process.stdout.write(`\na new file in ${os.tmpdir()} at the end: ${newInodeUs().toFixed(0)} µs\n`);
 if (crashed.length) {
   process.stdout.write(`\nbench scripts that crashed: ${crashed.join(', ')}\n`);
   process.exitCode = 1;
