@@ -21,14 +21,18 @@ export class Layout {
 
 /**
  * Names in a run directory whose changes say nothing about the run's state: writers' temp files (a status write
- * shows up as its temp's creation and writes before the rename that publishes it), the run lock, the event log and
- * the runner's log. Watchers skip them: waking on them only re-reads an unchanged status, on the CPU the writer
- * needs to finish its write. A name the event does not carry (null) is never noise.
+ * shows up as its temp's creation and writes before the rename that publishes it), the run lock, the event log, the
+ * runner's log, the handshake's signals (the launch waits for them by name) and the directories the runner makes for
+ * its own work (what happens inside them is not seen by a watch of the run directory anyway). Watchers skip them:
+ * waking on them only re-reads an unchanged status, on the CPU the writer needs to finish its write. A name the event
+ * does not carry (null) is never noise.
  */
 export function isRunDirNoise(name: string | null): boolean {
   if (name === null) return false;
-  return name === 'run.lock' || name === 'events.jsonl' || name === 'runner.log' || (name.startsWith('.') && name.endsWith('.tmp'));
+  return RUN_DIR_NOISE.has(name) || (name.startsWith('.') && name.endsWith('.tmp'));
 }
+
+const RUN_DIR_NOISE = new Set(['run.lock', 'events.jsonl', 'runner.log', 'ready.json', 'proceed', 'out', 'prompts', 'budget']);
 
 /** The files of one run. */
 export class RunPaths {
