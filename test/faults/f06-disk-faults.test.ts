@@ -24,7 +24,7 @@ import { FAKE, pidAlive, pidsWithArg, tempFiles, until } from './fault-helpers.j
 
 const dist = async (p: string) => import(pathToFileURL(path.join(REPO, 'dist', p)).href);
 
-type Op = 'open' | 'write' | 'fsync' | 'rename' | 'link';
+type Op = 'open' | 'write' | 'fsync' | 'rename' | 'link' | 'mkdir';
 const CODES = ['ENOSPC', 'EACCES', 'EROFS'] as const;
 
 describe.skipIf(process.platform === 'win32')('F6 disk faults', () => {
@@ -66,6 +66,10 @@ describe.skipIf(process.platform === 'win32')('F6 disk faults', () => {
         if (op === 'link' && match(String(b))) throw fail('link', String(b));
         return fs.linkSync(a, b);
       },
+      mkdirSync: ((p: fs.PathLike, o?: fs.MakeDirectoryOptions) => {
+        if (op === 'mkdir' && match(String(p))) throw fail('mkdir', String(p));
+        return fs.mkdirSync(p, o);
+      }) as typeof fs.mkdirSync,
     });
   }
   const named = (name: string, within?: string) => (file: string) => {
@@ -162,6 +166,20 @@ describe.skipIf(process.platform === 'win32')('F6 disk faults', () => {
       // until the agent ends, so the temp-file checks below see only what the appends leave.
       const statusFile = path.join(t.home, 'runs', runId, 'status.json');
       expect(await until(() => JSON.parse(fs.readFileSync(statusFile, 'utf8')).steps[0]?.process != null, 20_000)).toBe(true);
+    });
+
+    it('the first append: appends/ cannot be made (ENOSPC) → refused, nothing appended, fan-out claim returned', async () => {
+      const tree = () => JSON.parse(fs.readFileSync(path.join(t.home, 'ledger.json'), 'utf8')).trees[runId];
+      const usedBefore = tree().used;
+      const appendsDir = path.join(t.home, 'runs', runId, 'appends');
+      expect(fs.existsSync(appendsDir)).toBe(false); // made by a run's first append
+      inject('mkdir', 'ENOSPC', (f) => f === appendsDir);
+      const err: any = await m.appendStep(ctx, runId, { agent: 'echo', task: 'more' }).catch((e: unknown) => e);
+      lift();
+      expect(err?.name).toBe('SubagentError');
+      expect(err.message).toMatch(/could not record the appended step \(ENOSPC\)/);
+      expect(fs.existsSync(appendsDir)).toBe(false);
+      expect(tree().used).toBe(usedBefore);
     });
 
     it.each(CODES.flatMap((code) => (['open', 'write', 'fsync', 'rename'] as Op[]).map((op) => [op, code] as const)))(
