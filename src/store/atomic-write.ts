@@ -225,11 +225,13 @@ export function ensurePrivateDir(dir: string): boolean {
 }
 
 /**
- * `ensurePrivateDir` for a directory that will hold acknowledged files (SPEC §8.1): a directory made here has its
- * name fsynced in the parent too, or a crash of the machine could lose it with the durable file inside.
+ * `ensurePrivateDir` for a directory that will hold acknowledged files (SPEC §8.1): its name is fsynced in the
+ * parent, or a crash of the machine could lose it with the durable file inside. Also when it already existed: another
+ * process may have made it a moment ago and not have fsynced the parent yet (two nested launches from one run).
  */
 export function ensureDurablePrivateDir(dir: string): void {
-  if (ensurePrivateDir(dir)) fsyncDir(path.dirname(dir));
+  ensurePrivateDir(dir);
+  fsyncDir(path.dirname(dir));
 }
 
 /**
