@@ -31,11 +31,12 @@ export async function serve(flags: Record<string, string | string[] | undefined>
   }
   let clientRoots: string[] | null = null;
   // One session id for the record written now and the core loaded later.
+  const fresh = settings.sessionId === null; // made here: nothing in the home can name it yet
   settings = { ...settings, sessionId: settings.sessionId ?? newSessionId() };
   const registry = new SessionRegistry(settings.home);
   let own = newSessionRecord(settings.sessionId!);
   const register = async (client: { name: string; version: string } | null) => {
-    try { own = await registerSession(registry, new Layout(settings.home).runsDir, own, client); } catch { /* the registry is best effort */ }
+    try { own = await registerSession(registry, new Layout(settings.home).runsDir, own, client, { fresh }); } catch { /* the registry is best effort */ }
   };
   const shutdownController = new AbortController();
   // Restorable from its first answer that names it, even before it has runs: the core (every tool, every resource)

@@ -148,12 +148,14 @@ export class SessionRegistry {
 
   /**
    * The ancestors of `id`: its record's and its link files'; with no record, its links and those rebuilt from adoption
-   * markers under the runs (restores older than the link files; a scan of every run, so briefly cached).
+   * markers under the runs (restores older than the link files; a scan of every run, so briefly cached), unless the
+   * caller knows there is nothing to rebuild (`rebuild: false`).
    */
-  ancestorsOf(id: string, runsDir: string): string[] {
+  ancestorsOf(id: string, runsDir: string, o: { rebuild?: boolean } = {}): string[] {
     const links = this.links(id);
     const rec = this.read(id);
     if (rec) return [...new Set([...rec.ancestors.filter((a) => typeof a === 'string'), ...links])];
+    if (o.rebuild === false) return links;
     const hit = this.rebuilt.get(id);
     if (hit && performance.now() - hit.at < REBUILD_CACHE_MS) return [...new Set([...links, ...hit.ids])];
     const ids = rebuildAncestors(id, runsDir);
