@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import { createFileExclusive, writeFileAtomic, ensurePrivateDir, fsyncDir } from './atomic-write.js';
+import { createFileExclusive, writeFileAtomic, ensureDurablePrivateDir, ensurePrivateDir, fsyncDir } from './atomic-write.js';
 import { readJsonFile } from './json-file.js';
 
 /**
@@ -72,8 +72,8 @@ export class SessionRegistry {
     const todo = [...new Set(ancestors)].filter((a) => a !== id && SAFE_ID.test(a) && !have.has(a));
     if (!SAFE_ID.test(id) || todo.length === 0) return [];
     const dir = path.join(this.linksDir, nameOf(id));
-    ensureDurableDir(this.linksDir);
-    ensureDurableDir(dir);
+    ensureDurablePrivateDir(this.linksDir);
+    ensureDurablePrivateDir(dir);
     const made: string[] = [];
     try {
       for (const a of todo) {
@@ -168,13 +168,6 @@ export class SessionRegistry {
     if (this.exists(id) || this.links(id).length > 0) return true;
     return markerOwners(id, runsDir, true).size > 0;
   }
-}
-
-/** mkdir that, when it creates `dir`, fsyncs its parent: the new entry is as durable as the files put in it. */
-function ensureDurableDir(dir: string): void {
-  if (fs.existsSync(dir)) { ensurePrivateDir(dir); return; }
-  ensurePrivateDir(dir);
-  fsyncDir(path.dirname(dir));
 }
 
 function rebuildAncestors(id: string, runsDir: string): string[] {
