@@ -32,7 +32,10 @@ describe.each([['+1 h', HOUR], ['-1 h', -HOUR]])('F9 runner wall clock jumps %s 
   beforeAll(async () => {
     t = tempStateHome();
     const agents = path.join(t.home, 'agents');
-    writeAgent(agents, 'steady', { backend: 'command', command: ['node', FAKE, 'sleep', '1500'], timeoutMs: 20_000 });
+    // The three runs end ~0.8 s apart (overrun ~1.8 s, steady ~2.5 s, the run limit ~3.3 s): each jumped runner
+    // takes another's lock as stale (the known limit above, which a real clock step, moving every process's clock
+    // and the kernel's mtimes alike, does not have), so their closing ledger sections must not meet.
+    writeAgent(agents, 'steady', { backend: 'command', command: ['node', FAKE, 'sleep', '2500'], timeoutMs: 20_000 });
     writeAgent(agents, 'overrun', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'], timeoutMs: 1500 });
     writeAgent(agents, 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
     s = await startServer({
@@ -48,7 +51,7 @@ describe.each([['+1 h', HOUR], ['-1 h', -HOUR]])('F9 runner wall clock jumps %s 
     const [steady, overrun, runLimit] = await Promise.all([
       launchOk(s, { agent: 'steady', task: 'x' }),
       launchOk(s, { agent: 'overrun', task: 'x' }),
-      launchOk(s, { agent: 'sleeper', task: 'x', timeoutMs: 1500 }),
+      launchOk(s, { agent: 'sleeper', task: 'x', timeoutMs: 3000 }),
     ]);
     // Bounds on hangs only: a -1 h jump that postponed a timeout would hang here until the bound.
     const [a, b, c] = await Promise.all([waitTerminal(s, steady, 30_000), waitTerminal(s, overrun, 30_000), waitTerminal(s, runLimit, 30_000)]);
