@@ -4,6 +4,7 @@ import { SubagentError } from '../errors.js';
 import { isRunId } from '../ids.js';
 import { ensurePrivateDir, writeFailure, writeFileAtomic } from '../store/atomic-write.js';
 import { fsPort } from '../store/fs-port.js';
+import { dirSignature, type DirSnapshot } from '../store/dir-snapshot.js';
 import type { Layout } from '../store/layout.js';
 import { isTerminalRun, type RunRecord, type RunMode } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';
@@ -141,9 +142,8 @@ const appeared = new Map<string, { sig: string; names: Set<string>; added: Set<s
 const APPEARED_RESCAN_MS = 2000;
 
 function appearedRunIds(layout: Layout): Set<string> {
-  let st: fs.Stats;
-  try { st = fs.statSync(layout.runsDir); } catch { return new Set(); }
-  const sig = `${st.ino}:${st.nlink}:${st.size}:${st.mtimeMs}`;
+  const sig = dirSignature(layout.runsDir);
+  if (sig === null) return new Set();
   let a = appeared.get(layout.home);
   if (a && (a.sig === sig || performance.now() - a.readAtMs < APPEARED_RESCAN_MS)) return a.added;
   let names: string[] = [];
@@ -160,6 +160,15 @@ function appearedRunIds(layout: Layout): Set<string> {
   a.sig = sig;
   a.readAtMs = performance.now();
   return a.added;
+}
+
+/**
+ * Takes `runs/` as the server read it at its start (openStateHome) for the first look above: a new server's first
+ * listing then does not read 10 000 names a second time. Ignored once this process has looked for itself.
+ */
+export function seedAppearedRunIds(layout: Layout, runs: DirSnapshot): void {
+  if (appeared.has(layout.home)) return;
+  appeared.set(layout.home, { sig: runs.sig, names: new Set(runs.names.filter(isRunId)), added: new Set(), readAtMs: performance.now() });
 }
 
 /** The run ids indexed under any of `sessions` (building the index once from a full scan if it is not there yet). */

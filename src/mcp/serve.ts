@@ -1,6 +1,7 @@
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { loadSettings, type Settings } from '../config.js';
 import { newSessionId } from '../ids.js';
+import { seedAppearedRunIds } from '../manager/listing.js';
 import { setOriginalUmask } from '../manager/original-umask.js';
 import { realpathOrNull } from '../realpath.js';
 import { newSessionRecord, registerSession } from '../manager/session-record.js';
@@ -22,13 +23,15 @@ function log(line: string): void {
 export async function serve(flags: Record<string, string | string[] | undefined>, version: string): Promise<void> {
   setOriginalUmask(process.umask(0o077));
   let settings: Settings;
+  let opened: ReturnType<typeof openStateHome>;
   try {
     settings = loadSettings(process.env, flags);
-    openStateHome(settings.home);
+    opened = openStateHome(settings.home);
   } catch (e) {
     log((e as Error).message);
     process.exit(2);
   }
+  if (opened.runs) seedAppearedRunIds(new Layout(settings.home), opened.runs);
   let clientRoots: string[] | null = null;
   // One session id for the record written now and the core loaded later.
   const fresh = settings.sessionId === null; // made here: nothing in the home can name it yet

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { ensurePrivateDir, removeStaleTemps } from './atomic-write.js';
+import { readDirSnapshot, type DirSnapshot } from './dir-snapshot.js';
 
 export class UnsafeStateHomeError extends Error {}
 
@@ -30,24 +31,27 @@ export function checkStateHome(home: string): { problems: string[]; exists: bool
   return { problems, exists: true };
 }
 
-/** Creates (0700) and validates the state home and its fixed subdirectories; throws UnsafeStateHomeError with people-readable reasons. */
-export function openStateHome(home: string): void {
+/**
+ * Creates (0700) and validates the state home and its fixed subdirectories; throws UnsafeStateHomeError with
+ * people-readable reasons. Returns what it read of `runs/`, for the run listing's first look (one read, not two).
+ */
+export function openStateHome(home: string): { runs: DirSnapshot | null } {
   const before = checkStateHome(home);
   if (before.problems.length) throw new UnsafeStateHomeError(`unsafe state home: ${before.problems.join('; ')}`);
   if (!before.exists) fs.mkdirSync(home, { recursive: true, mode: 0o700 });
   const after = checkStateHome(home);
   if (after.problems.length) throw new UnsafeStateHomeError(`unsafe state home: ${after.problems.join('; ')}`);
   for (const sub of ['runs', 'agents', 'locks']) ensurePrivateDir(path.join(home, sub));
-  sweepAbandonedRunTemps(path.join(home, 'runs'));
+  const runs = readDirSnapshot(path.join(home, 'runs'));
+  if (runs) sweepAbandonedRunTemps(path.join(home, 'runs'), runs.names);
   // Temp files of shared files (ledger, session registry) whose writer was killed mid-write.
   removeStaleTemps(home, null, false);
   removeStaleTemps(path.join(home, 'sessions'), null, false);
+  return { runs };
 }
 
 /** Removes run directories a killed server left half-built (`.r-….<pid>.<rand>.tmp`, see RunStore.prepare) once their writer is gone. */
-function sweepAbandonedRunTemps(runsDir: string): void {
-  let names: string[] = [];
-  try { names = fs.readdirSync(runsDir); } catch { return; }
+function sweepAbandonedRunTemps(runsDir: string, names: string[]): void {
   for (const n of names) {
     const m = /^\.r-[A-Za-z0-9_-]{24}\.(\d+)\.[0-9a-f]+\.tmp$/.exec(n);
     if (!m) continue;

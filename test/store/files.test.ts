@@ -121,6 +121,20 @@ describe('state home', () => {
     for (const sub of ['runs', 'agents', 'locks']) expect(fs.statSync(path.join(home, sub)).mode & 0o777, sub).toBe(0o700);
   });
 
+  it('returns the names it read in runs/, after removing the half-built run directory of a writer that is gone', () => {
+    const home = path.join(dir, 'home');
+    openStateHome(home);
+    const runId = newRunId();
+    fs.mkdirSync(path.join(home, 'runs', runId));
+    // pid 2^22 + 1 is above Linux's pid_max: no process can hold it.
+    const orphan = `.${newRunId()}.${2 ** 22 + 1}.0a1b.tmp`;
+    fs.mkdirSync(path.join(home, 'runs', orphan));
+    const { runs } = openStateHome(home);
+    expect(runs!.names).toContain(runId);
+    expect(fs.existsSync(path.join(home, 'runs', orphan))).toBe(false);
+    expect(fs.existsSync(path.join(home, 'runs', runId))).toBe(true);
+  });
+
   it('refuses a symlink, a file, and a group- or world-writable directory, with the fix in the message', () => {
     const real = path.join(dir, 'real');
     fs.mkdirSync(real, { mode: 0o700 });
