@@ -55,8 +55,8 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
   const systemPromptFile = paths.systemPrompt(stepKey);
   const taskFile = paths.taskFile(stepKey);
   writeFileAtomic(systemPromptFile, spec.agent.body, { durable: false });
+  // Made only when the adapter writes into it (a config file): one directory fewer per step for most agents.
   const scratchDir = path.join(paths.promptsDir, `${stepKey}.d`);
-  ensurePrivateDir(scratchDir);
   let inv: Invocation;
   try {
     inv = adapter.buildInvocation({
@@ -72,6 +72,7 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
     return { exitCode: null, signal: null, outputBytes: 0, outputTruncated: false, parsed: null, stoppedFor: null, spawnError: `the ${spec.agent.backend} adapter refused: ${(e as Error).message}`.slice(0, 400), process: null };
   }
   if (inv.taskVia === 'file') writeFileAtomic(taskFile, input.task, { durable: false });
+  if (inv.files?.length) ensurePrivateDir(scratchDir);
   for (const f of inv.files ?? []) writeFileAtomic(f.path, f.content, { durable: false });
 
   const env = { ...input.env, ...(inv.env ?? {}), SUBAGENTS_SYSTEM_PROMPT_FILE: systemPromptFile };
@@ -82,7 +83,7 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
   const lines = parser ? new LineSplitter((l) => parser.onLine(l)) : null;
   const onStdout = (c: Buffer) => { out.write(c); lines?.write(c); };
   // Our own socket pair for stdout when it can be made (a faster copy, flat memory); else spawn's pipe.
-  const channel = await openOutputChannel(path.join(scratchDir, 'stdout.sock'), onStdout);
+  const channel = await openOutputChannel(path.join(paths.promptsDir, `${stepKey}.stdout.sock`), onStdout);
   channel?.reader.on('error', () => {});
   channel?.agentEnd.on('error', () => {});
 
