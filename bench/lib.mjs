@@ -1,6 +1,7 @@
 // Shared helpers of the benchmarks: statistics, a clean environment, temp state homes, the built server over the
 // SDK client, and the floors every figure is compared with. Benchmarks print figures; they never fail on speed.
 import { spawn } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -322,4 +323,52 @@ export function runBench(main) {
     () => process.exit(0),
     (e) => { process.stderr.write(`${process.argv[1]}: ${e?.stack ?? e}\n`); process.exit(1); },
   );
+}
+
+/**
+ * One real run of an `instant` agent (the temp home `h` must define it), as the template of generated history; its directory
+ * is removed again, so the home holds only what the caller generates.
+ */
+export async function templateRun(h) {
+  const home = h.home;
+  const s = await startServer(serverEnv(h));
+  const runId = (await s.call('launch', { agent: 'instant', task: 'x' })).structuredContent.runId;
+  await s.call('status', { runId, waitMs: 30_000, until: 'terminal' });
+  await s.close();
+  const dir = path.join(home, 'runs', runId);
+  const template = { record: JSON.parse(fs.readFileSync(path.join(dir, 'run.json'), 'utf8')), status: JSON.parse(fs.readFileSync(path.join(dir, 'status.json'), 'utf8')) };
+  fs.rmSync(dir, { recursive: true, force: true });
+  await reapHome(home);
+  return template;
+}
+
+const newId = (p) => `${p}-${randomBytes(18).toString('base64url')}`;
+
+/**
+ * Writes `count` finished runs owned by other sessions (a new session every 10 runs) straight to disk in the store's
+ * format (run.json and status.json: what listings and sweeps read), modelled on `template`.
+ */
+export function generateFinishedRuns(home, template, count) {
+  const runsDir = path.join(home, 'runs');
+  const sessionsDir = path.join(home, 'sessions');
+  fs.mkdirSync(runsDir, { recursive: true, mode: 0o700 });
+  fs.mkdirSync(sessionsDir, { recursive: true, mode: 0o700 });
+  let session = null;
+  const base = Date.now() - 30 * 24 * 3600 * 1000;
+  for (let i = 0; i < count; i++) {
+    if (i % 10 === 0) {
+      session = newId('s');
+      fs.writeFileSync(path.join(sessionsDir, `${session}.json`), JSON.stringify({ v: 1, sessionId: session, startedAt: new Date(base).toISOString(), client: { name: 'bench', version: '1' }, ancestors: [] }), { mode: 0o600 });
+    }
+    const runId = newId('r');
+    const dir = path.join(runsDir, runId);
+    const at = new Date(base + i * 1000).toISOString();
+    const end = new Date(base + i * 1000 + 800).toISOString();
+    fs.mkdirSync(dir, { mode: 0o700 });
+    const record = { ...template.record, runId, sessionId: session, rootRunId: runId, createdAt: at, runToken: randomBytes(24).toString('base64url') };
+    const steps = template.status.steps.map((s) => ({ ...s, startedAt: at, endedAt: end }));
+    const status = { ...template.status, runId, state: 'completed', error: null, startedAt: at, endedAt: end, updatedAt: end, steps };
+    fs.writeFileSync(path.join(dir, 'run.json'), JSON.stringify(record), { mode: 0o600 });
+    fs.writeFileSync(path.join(dir, 'status.json'), JSON.stringify(status), { mode: 0o600 });
+  }
 }

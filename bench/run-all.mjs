@@ -8,7 +8,7 @@ import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const dir = path.dirname(fileURLToPath(import.meta.url));
-const ORDER = ['launch', 'e2e', 'concurrent', 'wakeup', 'coldstart', 'runner', 'history', 'catalog', 'session', 'output', 'cancel', 'capacity'];
+const ORDER = ['launch', 'e2e', 'concurrent', 'wakeup', 'coldstart', 'runner', 'history', 'catalog', 'session', 'output', 'cancel', 'capacity', 'sweep'];
 const skip = new Set(['lib.mjs', 'run-all.mjs']);
 const present = fs.readdirSync(dir).filter((n) => n.endsWith('.mjs') && !skip.has(n)).map((n) => n.slice(0, -4));
 const names = [...ORDER.filter((n) => present.includes(n)), ...present.filter((n) => !ORDER.includes(n)).sort()];

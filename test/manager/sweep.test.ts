@@ -51,4 +51,23 @@ describe('the periodic sweep', () => {
     expect(untouched.state).toBe('completed');
     expect(await sweeper.sweepOnce()).toBe(0);
   });
+
+  it('reads in slices, giving the event loop a turn between them (a first sweep of a large home held every call)', async () => {
+    for (let i = 0; i < 3; i++) expect((await waitTerminal(s, sc(await s.call('launch', { agent: 'echo', task: `run ${i}` })).runId)).state).toBe('completed');
+    const settings = loadSettings({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root });
+    const { ctx } = buildContext(settings, {}, () => null);
+    // A slice of 0 ms: every run read after the first waits for the next turn of the loop.
+    const sweeper = new Sweeper(ctx, 0);
+    let turns = 0;
+    let stop = false;
+    const tick = () => { if (stop) return; turns++; setImmediate(tick); };
+    setImmediate(tick);
+    const sweep = sweeper.sweepOnce();
+    const before = turns;
+    expect(await sweep).toBe(0);
+    stop = true;
+    expect(turns - before).toBeGreaterThanOrEqual(2);
+    // The same answer with the default slice.
+    expect(await new Sweeper(ctx).sweepOnce()).toBe(0);
+  });
 });
