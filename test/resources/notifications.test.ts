@@ -1,3 +1,5 @@
+import fs from 'node:fs';
+import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { LoggingMessageNotificationSchema, ResourceListChangedNotificationSchema, ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import { sc, textOf, type Started } from '../helpers/server.js';
@@ -102,6 +104,40 @@ describe('resource subscriptions and run-end messages', () => {
     expect(sc(await b.call('dismiss', { runId: two.runId })).dismissed).toBe(true);
     await l.until('list changed after a dismiss elsewhere', () => l.listChanged() > seen, 15_000);
     expect(await listed()).not.toContain(`subagents://runs/${two.runId}`);
+  });
+
+  it('the audit takes long-ended runs by one look at their directory: a dismissal elsewhere and a removal still show', async () => {
+    w = world();
+    const a = await w.start();
+    const l = listen(a);
+    const runs = [];
+    for (const task of ['one', 'two', 'three']) runs.push(await launchOk(a, { agent: 'echo', task }));
+    for (const r of runs) expect(sc(await a.call('status', { runId: r.runId, waitMs: 20_000, until: 'terminal' })).state).toBe('completed');
+    const [one, two, three] = runs as [typeof runs[0], typeof runs[0], typeof runs[0]];
+    const listed = async () => (await a.client.listResources()).resources.map((r) => r.uri);
+    const dirOf = (runId: string) => path.join(w.t.home, 'runs', runId);
+    // Ended an hour ago, as far as their directories say: their signatures are old enough to be trusted.
+    const hourAgo = new Date(Date.now() - 3600_000);
+    for (const r of runs) fs.utimesSync(dirOf(r.runId), hourAgo, hourAgo);
+    // A dismissal here brings an audit, which records those signatures.
+    let seen = l.listChanged();
+    expect(sc(await a.call('dismiss', { runId: one.runId })).dismissed).toBe(true);
+    await l.until('list changed after a dismiss here', () => l.listChanged() > seen);
+    // Another process dismisses `two`: only its directory changes (a file made in it).
+    const b = await w.start();
+    expect(sc(await b.call('restore', { lineage: [one.sessionId] })).adopted).toBeGreaterThan(0);
+    for (const r of runs) fs.utimesSync(dirOf(r.runId), hourAgo, hourAgo); // undo the adoption marker's change
+    await a.client.ping();
+    seen = l.listChanged();
+    expect(sc(await b.call('dismiss', { runId: two.runId })).dismissed).toBe(true);
+    await l.until('list changed after a dismiss elsewhere', () => l.listChanged() > seen, 15_000);
+    expect(await listed()).not.toContain(`subagents://runs/${two.runId}`);
+    expect(await listed()).toContain(`subagents://runs/${three.runId}`);
+    // `three` is removed from disk (as gc would): the audit finds its directory gone.
+    seen = l.listChanged();
+    fs.rmSync(dirOf(three.runId), { recursive: true, force: true });
+    await l.until('list changed after a removal', () => l.listChanged() > seen, 15_000);
+    expect(await listed()).not.toContain(`subagents://runs/${three.runId}`);
   });
 
   it('logging/setLevel warning suppresses the run-end message; resources/updated still arrives', async () => {
