@@ -4,7 +4,7 @@ import { SubagentError } from '../errors.js';
 import { isRunId } from '../ids.js';
 import { ensurePrivateDir, writeFailure, writeFileAtomic } from '../store/atomic-write.js';
 import { fsPort } from '../store/fs-port.js';
-import { dirSignature, type DirSnapshot } from '../store/dir-snapshot.js';
+import { dirSignature, settledDirSignature, type DirSnapshot } from '../store/dir-snapshot.js';
 import type { Layout } from '../store/layout.js';
 import { isTerminalRun, type RunRecord, type RunMode } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';
@@ -96,6 +96,40 @@ export function listVisible(ctx: ManagerContext, checked?: ReadonlyMap<string, {
     if (m && isVisible(ctx, m) && fs.existsSync(ctx.store.paths(id).dir)) out.push(m);
   }
   return out.sort((a, b) => (a.createdAt < b.createdAt ? 1 : a.createdAt > b.createdAt ? -1 : 0));
+}
+
+/** A run as this process last checked it, with its directory's signature then (`settledDirSignature`). */
+interface CheckedRun { meta: RunMeta; dismissed: boolean; dir: string; sig: string }
+/** Per state home, by run id. */
+const checkedRuns = new Map<string, Map<string, CheckedRun>>();
+
+export interface VisibleRun { meta: RunMeta; dismissed: boolean }
+
+/**
+ * `listVisible` with each run's dismissal. A dismissal (a file made in the run's directory) and a removal (gc) both
+ * change the run's directory, so a run whose directory has the signature this process recorded at its last check is
+ * taken as it was then, for one stat; the directory and its dismissal took two, per run of the session, on every
+ * list, every resources/list and every 5 s audit of the run watcher. A directory changed under a second ago is
+ * checked in full (a second change within the same mtime tick would not show).
+ */
+export function listVisibleRuns(ctx: ManagerContext): VisibleRun[] {
+  let cache = checkedRuns.get(ctx.layout.home);
+  if (!cache) checkedRuns.set(ctx.layout.home, (cache = new Map()));
+  const unchanged = new Map<string, CheckedRun>();
+  for (const [runId, c] of cache) {
+    if (dirSignature(c.dir) === c.sig) unchanged.set(runId, c);
+    else cache.delete(runId);
+  }
+  return listVisible(ctx, unchanged).map((meta) => {
+    const hit = unchanged.get(meta.runId);
+    if (hit) return { meta, dismissed: hit.dismissed };
+    const dir = ctx.store.paths(meta.runId).dir;
+    // The signature before the look at the dismissal: a dismissal after it changes the directory.
+    const sig = settledDirSignature(dir);
+    const dismissed = ctx.store.isDismissed(meta.runId);
+    if (sig !== null) cache.set(meta.runId, { meta, dismissed, dir, sig });
+    return { meta, dismissed };
+  });
 }
 
 /*

@@ -4,7 +4,7 @@ import { isRunDirNoise } from '../store/layout.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { capacitySnapshot } from './capacity.js';
 import type { ManagerContext } from './context.js';
-import { listVisible, requireVisible, type RunMeta } from './listing.js';
+import { listVisibleRuns, requireVisible, type RunMeta } from './listing.js';
 import { reconcileRun, reconcileSettled } from './reconcile.js';
 import { countPendingAppends, renderRun, summarize, type RunSummary, type RunView } from './status-view.js';
 
@@ -134,9 +134,12 @@ export async function getStatus(ctx: ManagerContext, q: StatusQuery, o: { signal
     const record = ctx.store.readRecord(runId)!;
     return { kind: 'run', ...renderRun(ctx, record, status, q.outputBytes), ...(info ?? {}) };
   }
+  const dismissed = new Set<string>();
   const list = async (): Promise<RunMeta[]> => {
-    const metas = listVisible(ctx).filter((m) => ctx.visibleSessions().has(m.sessionId));
-    return q.all ? metas : metas.filter((m) => !ctx.store.isDismissed(m.runId));
+    const runs = listVisibleRuns(ctx).filter((r) => ctx.visibleSessions().has(r.meta.sessionId) && (q.all || !r.dismissed));
+    dismissed.clear();
+    for (const r of runs) if (r.dismissed) dismissed.add(r.meta.runId);
+    return runs.map((r) => r.meta);
   };
   let metas = await list();
   let info: WaitInfo | undefined;
@@ -168,7 +171,7 @@ export async function getStatus(ctx: ManagerContext, q: StatusQuery, o: { signal
   for (const m of metas.slice(0, LIST_MAX_RUNS)) {
     let s: RunStatus | null = null;
     try { s = await freshStatus(ctx, m.runId); } catch { s = null; }
-    runs.push(summarize(ctx, m.runId, s));
+    runs.push(summarize(ctx, m.runId, s, dismissed.has(m.runId)));
   }
   return { kind: 'list', sessionId: ctx.sessionId, runs, ...(omitted ? { omitted } : {}), capacity: capacitySnapshot(ctx), ...(info ?? {}) };
 }

@@ -211,7 +211,8 @@ function safeRead(ctx: ManagerContext, runId: string): RunStatus | null {
   try { return ctx.store.readStatus(runId); } catch { return null; }
 }
 
-export function summarize(ctx: ManagerContext, runId: string, status: RunStatus | null): RunSummary {
+/** `dismissed`: when the caller already knows (a listing looked), else it is looked up. */
+export function summarize(ctx: ManagerContext, runId: string, status: RunStatus | null, dismissed?: boolean): RunSummary {
   const meta = readMeta(ctx, runId)!;
   return {
     runId,
@@ -224,6 +225,6 @@ export function summarize(ctx: ManagerContext, runId: string, status: RunStatus 
     endedAt: status?.endedAt ?? null,
     error: status ? status.error : { code: 'STATE_CORRUPT', message: `status.json of ${runId} is unreadable` },
     adopted: meta.sessionId !== ctx.sessionId && meta.depth === 0,
-    dismissed: ctx.store.isDismissed(runId),
+    dismissed: dismissed ?? ctx.store.isDismissed(runId),
   };
 }

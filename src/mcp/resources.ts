@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import { McpError, ErrorCode, type ReadResourceResult, type Resource } from '@modelcontextprotocol/sdk/types.js';
 import type { ManagerContext } from '../manager/context.js';
-import { listVisible, readMeta, requireVisible } from '../manager/listing.js';
+import { listVisible, listVisibleRuns, readMeta, requireVisible } from '../manager/listing.js';
 import { freshStatus } from '../manager/run-status.js';
 import { MAX_OUTPUT_BYTES, renderRun } from '../manager/status-view.js';
 import { readEvents } from '../store/event-log.js';
@@ -49,7 +49,7 @@ function newerFirst(a: Cursor, b: Cursor): number {
  */
 export function listResources(ctx: ManagerContext, cursor?: string, pageSize = PAGE_SIZE): { resources: Resource[]; nextCursor?: string } {
   const after = cursor ? decodeCursor(cursor) : null;
-  const runs = listVisible(ctx).filter((m) => !ctx.store.isDismissed(m.runId)).sort(newerFirst)
+  const runs = listVisibleRuns(ctx).filter((r) => !r.dismissed).map((r) => r.meta).sort(newerFirst)
     .filter((m) => after === null || newerFirst(m, after) > 0);
   const page = runs.slice(0, pageSize);
   const last = page.at(-1);

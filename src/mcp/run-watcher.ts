@@ -1,10 +1,9 @@
 import fs from 'node:fs';
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import type { ManagerContext } from '../manager/context.js';
-import { listVisible, type RunMeta } from '../manager/listing.js';
+import { listVisible, listVisibleRuns, type RunMeta, type VisibleRun } from '../manager/listing.js';
 import { reconcileRun } from '../manager/reconcile.js';
 import { markAdoptedRuns } from '../manager/sessions.js';
-import { dirSignature, settledDirSignature } from '../store/dir-snapshot.js';
 import { isRunDirNoise } from '../store/layout.js';
 import { isTerminalRun, type RunState } from '../store/run-types.js';
 import { runUri } from './resources.js';
@@ -27,8 +26,8 @@ export const FULL_SCAN_GAP_MS = 100;
 
 interface Seen { fp: string; state: RunState }
 
-/** An ended run as a full scan last checked it; `sig`: its directory's signature then (null: too fresh to trust). */
-interface Settled { meta: RunMeta; dismissed: boolean; dir: string; sig: string | null }
+/** An ended run as a full scan last checked it. */
+interface Settled { meta: RunMeta; dismissed: boolean }
 
 /**
  * Follows the session's runs for notifications: `resources/updated` for subscribed runs on each state change,
@@ -64,8 +63,8 @@ export class RunWatcher {
   /**
    * Ended runs as a full scan last checked them (present, dismissed or not). Later full scans take them as they are
    * and look only at new and active runs: a launch's full scan then costs the same with 1 000 ended runs in the
-   * session as with none (it checked two files per run). The audit stats each one's directory: a dismissal or a
-   * removal changes it (`unchangedSettled`).
+   * session as with none (it checked two files per run). The audit looks at every run again (`listVisibleRuns`: one
+   * stat per run whose directory is unchanged).
    */
   private settled = new Map<string, Settled>();
   /** The next full scan checks every run again (the 5 s poll; runs already listed changed: dismiss, restore). */
@@ -154,8 +153,9 @@ export class RunWatcher {
     this.readAll = false;
     this.reconcileNext = false;
     this.dirty.clear();
-    const checked = !full ? null : audit ? this.unchangedSettled() : this.settled;
-    const metas = checked ? listVisible(this.ctx, checked) : all ? [...this.active.values()] : [...dirty].flatMap((id) => this.active.get(id) ?? []);
+    // An audit looks at every run again; another full scan takes the ended runs as the last one found them.
+    const audited: VisibleRun[] | null = full && audit ? listVisibleRuns(this.ctx) : null;
+    const metas = audited ? audited.map((r) => r.meta) : full ? listVisible(this.ctx, this.settled) : all ? [...this.active.values()] : [...dirty].flatMap((id) => this.active.get(id) ?? []);
     const sessions = full ? this.ctx.visibleSessions() : this.knownSessions;
     if (full) markAdoptedRuns(this.ctx, metas);
     for (const m of metas) {
@@ -176,27 +176,17 @@ export class RunWatcher {
         this.send(() => this.server.sendLoggingMessage({ level: 'info', logger: 'subagents', data: `run ${m.runId} ${cur.state}` }));
       }
     }
-    if (!checked) return;
+    if (!full) return;
     const present = new Set(metas.map((m) => m.runId));
     for (const runId of this.active.keys()) if (!present.has(runId)) this.active.delete(runId); // removed (gc)
-    // An audit keeps only the ended runs it found unchanged; the others are checked again here.
-    const settled = checked;
+    const settled = audited ? new Map<string, Settled>() : this.settled;
     const listedIds: string[] = [];
-    for (const m of metas) {
-      const known = checked.get(m.runId);
-      let dismissed: boolean;
-      if (known) {
-        dismissed = known.dismissed;
-      } else {
-        const state = this.seen.get(m.runId)?.state;
-        const ended = state !== undefined && isTerminalRun(state);
-        // The signature before the look at the dismissal: a dismissal after it changes the directory.
-        const dir = this.ctx.store.paths(m.runId).dir;
-        const sig = ended ? settledDirSignature(dir) : null;
-        dismissed = this.ctx.store.isDismissed(m.runId);
-        if (ended) settled.set(m.runId, { meta: m, dismissed, dir, sig });
-      }
+    for (const [i, m] of metas.entries()) {
+      const known = audited ? undefined : this.settled.get(m.runId);
+      const dismissed = audited ? audited[i]!.dismissed : known ? known.dismissed : this.ctx.store.isDismissed(m.runId);
       if (!dismissed) listedIds.push(m.runId);
+      const state = this.seen.get(m.runId)?.state;
+      if (!known && state !== undefined && isTerminalRun(state)) settled.set(m.runId, { meta: m, dismissed });
     }
     this.settled = settled;
     const listed = listedIds.sort().join(',');
@@ -204,19 +194,6 @@ export class RunWatcher {
     this.listed = listed;
     this.knownSessions = new Set(sessions);
     this.primed = true;
-  }
-
-  /**
-   * The ended runs whose directory is as the last check found it: one stat each, where the audit used to look at the
-   * directory and at its dismissal (two per run, every 5 s, for every run of the session). A dismissal (a file made
-   * in the directory) or a removal (gc) changes the signature; a run whose signature was too fresh is checked again.
-   */
-  private unchangedSettled(): Map<string, Settled> {
-    const out = new Map<string, Settled>();
-    for (const [runId, s] of this.settled) {
-      if (s.sig !== null && dirSignature(s.dir) === s.sig) out.set(runId, s);
-    }
-    return out;
   }
 
   /**

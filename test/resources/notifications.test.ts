@@ -106,7 +106,7 @@ describe('resource subscriptions and run-end messages', () => {
     expect(await listed()).not.toContain(`subagents://runs/${two.runId}`);
   });
 
-  it('the audit takes long-ended runs by one look at their directory: a dismissal elsewhere and a removal still show', async () => {
+  it('listings take long-ended runs by one look at their directory: a dismissal elsewhere and a removal still show', async () => {
     w = world();
     const a = await w.start();
     const l = listen(a);
@@ -130,6 +130,10 @@ describe('resource subscriptions and run-end messages', () => {
     await a.client.ping();
     seen = l.listChanged();
     expect(sc(await b.call('dismiss', { runId: two.runId })).dismissed).toBe(true);
+    // A's own listing looks at the changed directory at once, whatever its watcher has seen.
+    const ids = (r: { runs: Array<{ runId: string; dismissed: boolean }> }) => r.runs.filter((x) => !x.dismissed).map((x) => x.runId);
+    expect(ids(sc(await a.call('status', {})))).toEqual([three.runId]);
+    expect(sc(await a.call('status', { all: true })).runs.find((x: { runId: string }) => x.runId === two.runId).dismissed).toBe(true);
     await l.until('list changed after a dismiss elsewhere', () => l.listChanged() > seen, 15_000);
     expect(await listed()).not.toContain(`subagents://runs/${two.runId}`);
     expect(await listed()).toContain(`subagents://runs/${three.runId}`);
