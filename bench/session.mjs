@@ -1,7 +1,8 @@
 // The session's own history: a server whose session holds 1 000 finished runs (adopted with restore) against one
 // whose session holds one. Idle: their main threads' CPU per second (/proc/<pid>/schedstat) over the same 1 s windows;
-// a server sits idle most of its life, one per open client window. Launch: the round trip of a launch of an
-// instant agent, each run waited to its end, in turn. (bench/history.mjs has the runs in other sessions.)
+// a server sits idle most of its life, one per open client window. Status list: the round trip of `status {}`, in
+// turn. Launch: the round trip of a launch of an instant agent, each run waited to its end, in turn.
+// (bench/history.mjs has the runs in other sessions.)
 import fs from 'node:fs';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -55,6 +56,15 @@ runBench(async () => {
       ratio: mean(perSecond[1]) / mean(perSecond[0]),
       note: `main thread, /proc/<pid>/schedstat, 1 s windows of both at once; mean ${mean(perSecond[1]).toFixed(1)} vs ${mean(perSecond[0]).toFixed(1)} ms/s, the ratio is of the means; floor = the same server with one run`,
     });
+    const lists = [[], []];
+    for (let i = 0; i < SAMPLES + 2; i++) {
+      for (const k of i % 2 ? [0, 1] : [1, 0]) {
+        const t0 = now();
+        await homes[k].s.call('status', {});
+        if (i >= 2) lists[k].push(now() - t0);
+      }
+    }
+    report(`status list, ${RUNS} runs in its session / 1`, lists[1], median(lists[0]), { note: `floor = the same list in a session with one run; interleaved; the list shows the newest 200 runs and counts the rest` });
     const launches = [[], []];
     for (let i = 0; i < SAMPLES + 3; i++) {
       for (const k of i % 2 ? [0, 1] : [1, 0]) {

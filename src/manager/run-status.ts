@@ -36,6 +36,22 @@ export async function freshStatus(ctx: ManagerContext, runId: string): Promise<R
   return s;
 }
 
+/** What a listing shows of a run's status (`summarize`). */
+type ListedStatus = Pick<RunStatus, 'state' | 'endedAt' | 'error'>;
+/**
+ * The listed part of ended runs' statuses, kept for this process's life: terminal is final (SPEC §8.3), so a
+ * session's ended runs are read once instead of on every list (200 status files per list in a large session).
+ */
+const endedListed = new Map<string, ListedStatus>();
+
+async function listedStatus(ctx: ManagerContext, runId: string): Promise<ListedStatus> {
+  const known = endedListed.get(runId);
+  if (known) return known;
+  const s = await freshStatus(ctx, runId);
+  if (isTerminalRun(s.state)) endedListed.set(runId, { state: s.state, endedAt: s.endedAt, error: s.error });
+  return s;
+}
+
 /** What a waiter compares: run state, step states, pending appends. */
 function fingerprint(ctx: ManagerContext, runId: string): string {
   try {
@@ -146,7 +162,7 @@ export async function getStatus(ctx: ManagerContext, q: StatusQuery, o: { signal
   if (waitMs > 0) {
     const anyActive = async () => {
       for (const m of metas) {
-        const s = await freshStatus(ctx, m.runId).catch(() => null);
+        const s = await listedStatus(ctx, m.runId).catch(() => null);
         if (s && !isTerminalRun(s.state)) return true;
       }
       return false;
@@ -169,8 +185,8 @@ export async function getStatus(ctx: ManagerContext, q: StatusQuery, o: { signal
   // (resources/list pages through all of them).
   const omitted = Math.max(0, metas.length - LIST_MAX_RUNS);
   for (const m of metas.slice(0, LIST_MAX_RUNS)) {
-    let s: RunStatus | null = null;
-    try { s = await freshStatus(ctx, m.runId); } catch { s = null; }
+    let s: ListedStatus | null = null;
+    try { s = await listedStatus(ctx, m.runId); } catch { s = null; }
     runs.push(summarize(ctx, m.runId, s, dismissed.has(m.runId)));
   }
   return { kind: 'list', sessionId: ctx.sessionId, runs, ...(omitted ? { omitted } : {}), capacity: capacitySnapshot(ctx), ...(info ?? {}) };

@@ -212,7 +212,7 @@ function safeRead(ctx: ManagerContext, runId: string): RunStatus | null {
 }
 
 /** `dismissed`: when the caller already knows (a listing looked), else it is looked up. */
-export function summarize(ctx: ManagerContext, runId: string, status: RunStatus | null, dismissed?: boolean): RunSummary {
+export function summarize(ctx: ManagerContext, runId: string, status: Pick<RunStatus, 'state' | 'endedAt' | 'error'> | null, dismissed?: boolean): RunSummary {
   const meta = readMeta(ctx, runId)!;
   return {
     runId,
