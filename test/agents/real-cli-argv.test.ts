@@ -32,6 +32,11 @@ import { privateTestDir } from '../helpers/private-dir.js';
 const RUN_TIMEOUT_MS = Number(process.env.SUBAGENTS_REAL_CLI_TIMEOUT_MS ?? 30_000);
 /** The negative control must end on its own (a CLI rejecting its argv exits at once, load permitting). */
 const CONTROL_TIMEOUT_MS = 2 * RUN_TIMEOUT_MS;
+/**
+ * A run against the mock provider ends on its own, but a real CLI's speed is not what is checked: alone, opencode
+ * answers in ~7 s, with the whole suite running beside it in 10–25 s, and once it passed 30 s.
+ */
+const MOCK_RUN_TIMEOUT_MS = 2 * RUN_TIMEOUT_MS;
 const TEST_TIMEOUT_MS = CONTROL_TIMEOUT_MS + 30_000;
 const KILL_GRACE_MS = 2_000;
 const TASK = '--help --version; a task that starts with dashes must never be read as a flag';
@@ -332,7 +337,7 @@ function runInvocation(
   cli: CliName,
   ctx: InvocationContext,
   inv: Invocation,
-  { timeoutMs = RUN_TIMEOUT_MS, mock = false, toolCall, workDir }: { timeoutMs?: number; mock?: boolean; toolCall?: ToolCheck['call']; workDir?: string } = {},
+  { mock = false, timeoutMs = mock ? MOCK_RUN_TIMEOUT_MS : RUN_TIMEOUT_MS, toolCall, workDir }: { timeoutMs?: number; mock?: boolean; toolCall?: ToolCheck['call']; workDir?: string } = {},
 ): Promise<RunResult> {
   for (const file of inv.files ?? []) {
     mkdirSync(path.dirname(file.path), { recursive: true, mode: 0o700 });
