@@ -100,8 +100,8 @@ export function listVisible(ctx: ManagerContext, checked?: ReadonlyMap<string, {
 
 /** A run as this process last checked it, with its directory's signature then (`settledDirSignature`). */
 interface CheckedRun { meta: RunMeta; dismissed: boolean; dir: string; sig: string }
-/** Per state home, by run id. */
-const checkedRuns = new Map<string, Map<string, CheckedRun>>();
+/** Per context, by run id: which runs are visible is the context's session's to say, not the state home's. */
+const checkedRuns = new WeakMap<ManagerContext, Map<string, CheckedRun>>();
 
 export interface VisibleRun { meta: RunMeta; dismissed: boolean }
 
@@ -113,8 +113,8 @@ export interface VisibleRun { meta: RunMeta; dismissed: boolean }
  * checked in full (a second change within the same mtime tick would not show).
  */
 export function listVisibleRuns(ctx: ManagerContext): VisibleRun[] {
-  let cache = checkedRuns.get(ctx.layout.home);
-  if (!cache) checkedRuns.set(ctx.layout.home, (cache = new Map()));
+  let cache = checkedRuns.get(ctx);
+  if (!cache) checkedRuns.set(ctx, (cache = new Map()));
   const unchanged = new Map<string, CheckedRun>();
   for (const [runId, c] of cache) {
     if (dirSignature(c.dir) === c.sig) unchanged.set(runId, c);

@@ -1,6 +1,9 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
+import { loadSettings } from '../../src/config.js';
+import { listVisibleRuns } from '../../src/manager/listing.js';
+import { buildContext } from '../../src/mcp/core.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 import { sc, startServer, waitTerminal, type Started } from '../helpers/server.js';
 
@@ -46,6 +49,29 @@ describe('run index', () => {
     // A run removed from disk (gc) is no longer listed though its id stays in the index.
     fs.rmSync(path.join(t.home, 'runs', ra), { recursive: true, force: true });
     expect(sc(await a2.call('status', {})).runs).toEqual([]);
+  });
+
+  it('the check of unchanged run directories one process keeps is its session\'s: another session\'s context there sees none of them', async () => {
+    t = tempStateHome();
+    writeAgent(path.join(t.home, 'agents'), 'instant', { backend: 'command', command: ['true'] });
+    const a = await start(SID_A);
+    const ctxOf = (sid: string) => buildContext(loadSettings({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_SESSION_ID: sid }), {}, () => null).ctx;
+    const ctxA = ctxOf(SID_A);
+    const ctxB = ctxOf(SID_B);
+    const ids = (ctx: ReturnType<typeof ctxOf>) => listVisibleRuns(ctx).map((r) => r.meta.runId);
+    // Both look first: the run made next is one that appeared in runs/ while this process lives, which every
+    // listing of the process considers (and then decides on by its own session).
+    expect(ids(ctxA)).toEqual([]);
+    expect(ids(ctxB)).toEqual([]);
+    const ra = sc(await a.call('launch', { agent: 'instant', task: 'x' })).runId as string;
+    await waitTerminal(a, ra);
+    // Old enough that its directory's signature is kept; past the delay between two reads of runs/.
+    const hourAgo = new Date(Date.now() - 3600_000);
+    fs.utimesSync(path.join(t.home, 'runs', ra), hourAgo, hourAgo);
+    await new Promise((r) => setTimeout(r, 2_100));
+    expect(ids(ctxA)).toEqual([ra]);
+    expect(ids(ctxA)).toEqual([ra]); // now from what it kept
+    expect(ids(ctxB)).toEqual([]);
   });
 
   it('lists a run directory that appears without an index line (copied in, or an older version\'s) once runs/ is re-read', async () => {
