@@ -2,7 +2,7 @@ import { SubagentError } from '../errors.js';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, runnerGroups } from '../process/terminate.js';
 import { pruneAgentSlots } from '../runner/agent-slots.js';
-import { withLedger, readLedger, type Ledger } from '../store/ledger.js';
+import { withLedger, peekLedger, readLedger, type Ledger } from '../store/ledger.js';
 import type { RunStore } from '../store/run-store.js';
 import { treeIsLive } from '../store/run-tree.js';
 import type { ManagerContext } from './context.js';
@@ -130,6 +130,35 @@ export async function releaseReservation(ctx: ManagerContext, runId: string, roo
     if (tree) tree.used = Math.max(0, tree.used - refund);
     if (rootRunId === runId) delete l.trees[rootRunId];
   });
+}
+
+/**
+ * A top-level launch's refusal decided from a lock-free read of the ledger (written whole, by rename), when every
+ * slot in it is held beyond doubt: each bound root's runner alive, each unbound root's launching server alive and
+ * not yet past the time `pruneRoots` gives it here. The locked reservation would prune none of them and refuse too,
+ * so a launch at a full home answers without queueing for the lock every launch and runner of the home shares, and
+ * without writing a run directory it then throws away (32 callers at a full home: refusals were most of the lock's
+ * traffic). Null whenever that is not certain (a slot that may be prunable, an unreadable ledger, no limit): the
+ * locked reservation decides, and returns dead runners' slots.
+ */
+export function refusalWithoutLock(ctx: ManagerContext): string | null {
+  const limit = ctx.settings.maxActiveRuns;
+  if (limit <= 0) return null;
+  const l = peekLedger(ctx.layout);
+  if (!l) return null;
+  const roots = Object.entries(l.roots);
+  if (roots.length < limit) return null;
+  const now = performance.now();
+  for (const [runId, r] of roots) {
+    if (r.runner !== null) {
+      if (!isAlive(r.runner)) return null;
+    } else {
+      const seen = firstSeenUnbound.get(runId);
+      const ttl = Math.max(ctx.settings.handshakeTimeoutMs, r.handshakeMs ?? 0) * 2;
+      if (!isAlive(r.server) || (seen !== undefined && now - seen > ttl)) return null;
+    }
+  }
+  return `${roots.length} of ${limit} active runs`;
 }
 
 /** A lock-free snapshot, for listings. */

@@ -12,7 +12,7 @@ import { newStepStatus } from '../runner/step-status.js';
 import type { PreparedRun, PublishedRun } from '../store/run-store.js';
 import { firstStepWidth, type AgentTaskSpec, type RunMode, type RunRecord, type RunStatus, type StepSpec } from '../store/run-types.js';
 import { CATALOG_SNAPSHOT_NAME, catalogFor, catalogSnapshotJson, freezeAgent } from './agent-resolver.js';
-import { bindReservation, releaseReservation, reserve, type Reservation } from './capacity.js';
+import { bindReservation, refusalWithoutLock, releaseReservation, reserve, type Reservation } from './capacity.js';
 import { RUNNER_MAIN, type ManagerContext } from './context.js';
 import { awaitReady, handshakeError, HandshakeFailure, proceedAndAwaitStart, type HandshakePhase } from './handshake.js';
 import { checkNesting } from './nesting.js';
@@ -76,6 +76,15 @@ export function claimPaths(steps: StepSpec[], offset = 0): string[] {
   return out;
 }
 
+/** A top-level launch's CAPACITY_EXHAUSTED, naming the caller's own active runs (SPEC §5) and what to do. */
+function capacityRefusal(ctx: ManagerContext, counts: string): SubagentError {
+  const mine = ownActiveRuns(ctx).slice(0, 5);
+  const hint = mine.length
+    ? ` Your active runs: ${mine.join(', ')}; wait on one with status { runId, waitMs } (until: "terminal"), or cancel one.`
+    : ' None of them belong to this session; wait with status { waitMs } and retry.';
+  return new SubagentError('CAPACITY_EXHAUSTED', `${counts} in this state home (SUBAGENTS_MAX_ACTIVE_RUNS).${hint}`);
+}
+
 /**
  * SPEC §6, in order: validate and resolve → reserve capacity and claim fan-out under the ledger lock → write the
  * run record → spawn the detached runner → ready → bind → proceed → answer. Any failure before proceed records the
@@ -127,6 +136,10 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   };
   // A nested run's agent cap is the tree's (its server's own environment is the agent's, not the operator's).
   const nested = nesting ? { rootRunId, agentSlots: firstStepWidth(steps), maxAgents: parentRecord?.maxAgents ?? settings.maxAgents } : null;
+  // A full home whose every slot is provably held refuses before the lock and before any write (refusals are cheap,
+  // and they no longer queue ahead of the launches that can be admitted).
+  const refusal = nesting ? null : refusalWithoutLock(ctx);
+  if (refusal) throw capacityRefusal(ctx, refusal);
   // Reserved first (SPEC §6). While the reservation's ledger write is on the disk, this thread writes the run's
   // directory under a hidden name: nothing sees it until it is published, after the reservation holds.
   const reserving = reserve(ctx, { runId, claims: paths.length, claimPaths: paths, nested, treeLimits: limits });
@@ -144,13 +157,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     testFault(ctx, 'server-after-reserve');
   } catch (e) {
     if (prepared) ctx.store.discard(prepared);
-    if (e instanceof SubagentError && e.code === 'CAPACITY_EXHAUSTED' && !nesting) {
-      const mine = ownActiveRuns(ctx).slice(0, 5);
-      const hint = mine.length
-        ? ` Your active runs: ${mine.join(', ')}; wait on one with status { runId, waitMs } (until: "terminal"), or cancel one.`
-        : ' None of them belong to this session; wait with status { waitMs } and retry.';
-      throw new SubagentError('CAPACITY_EXHAUSTED', `${e.message} in this state home (SUBAGENTS_MAX_ACTIVE_RUNS).${hint}`);
-    }
+    if (e instanceof SubagentError && e.code === 'CAPACITY_EXHAUSTED' && !nesting) throw capacityRefusal(ctx, e.message);
     throw e;
   }
 

@@ -141,3 +141,12 @@ export function readLedger(layout: Layout): Ledger {
     return rebuildLedger(layout.ledgerFile); // a snapshot: the next change under the lock writes the rebuild back
   }
 }
+
+/** A lock-free read that never rebuilds: null for a damaged ledger (the next section under the lock rebuilds it). */
+export function peekLedger(layout: Layout): Ledger | null {
+  try {
+    return readJsonFile<Ledger>(layout.ledgerFile, 'ledger.json') ?? empty();
+  } catch {
+    return null;
+  }
+}
