@@ -134,12 +134,9 @@ async function applyAll(file: string, batch: PendingChange[]): Promise<Array<{ o
   return outcomes;
 }
 
+/** A lock-free read; a damaged ledger is rebuilt as a snapshot (the next change under the lock writes the rebuild back). */
 export function readLedger(layout: Layout): Ledger {
-  try {
-    return readJsonFile<Ledger>(layout.ledgerFile, 'ledger.json') ?? empty();
-  } catch {
-    return rebuildLedger(layout.ledgerFile); // a snapshot: the next change under the lock writes the rebuild back
-  }
+  return peekLedger(layout) ?? rebuildLedger(layout.ledgerFile);
 }
 
 /** A lock-free read that never rebuilds: null for a damaged ledger (the next section under the lock rebuilds it). */
