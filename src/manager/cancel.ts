@@ -9,7 +9,7 @@ import { requestTreeCancel } from './nesting.js';
 import { reconcileRun } from './reconcile.js';
 import { freshStatus } from './run-status.js';
 import { withLedger } from '../store/ledger.js';
-import { treeIsLive } from '../store/run-tree.js';
+import { treeIsLive } from '../lifecycle/run-tree.js';
 
 export interface CancelResult {
   runId: string;

@@ -4,7 +4,7 @@ import { findRunProcesses, runnerGroups } from '../process/terminate.js';
 import { pruneAgentSlots } from '../runner/agent-slots.js';
 import { withLedger, peekLedger, readLedger, type Ledger } from '../store/ledger.js';
 import type { RunStore } from '../store/run-store.js';
-import { treeIsLive } from '../store/run-tree.js';
+import { treeIsLive } from '../lifecycle/run-tree.js';
 import type { ManagerContext } from './context.js';
 
 /** When this process first saw each unbound reservation (monotonic clock: wall-clock jumps change nothing). */

@@ -4,7 +4,7 @@ import { readTail } from '../runner/agent-process.js';
 import { removeStaleTemps, writeFileAtomic } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
 import { withLedger } from '../store/ledger.js';
-import { treeIsLive } from '../store/run-tree.js';
+import { treeIsLive } from '../lifecycle/run-tree.js';
 import { isTerminalRun, isTerminalStep, type RunStatus, type StepError, type StepStatus } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';
 

@@ -13,7 +13,7 @@ import { Layout, type RunPaths } from '../store/layout.js';
 import { withLedger } from '../store/ledger.js';
 export { settleLocks } from '../store/lock.js';
 import { RunStore } from '../store/run-store.js';
-import { descendants, readyIdentity, runMayBeLive, safeRecord, safeStatus, treeIsLive } from '../store/run-tree.js';
+import { descendants, readyIdentity, runMayBeLive, safeRecord, safeStatus, treeIsLive } from '../lifecycle/run-tree.js';
 import {
   isTerminalRun, isTerminalStep, type AgentTaskSpec, type RunRecord, type RunState, type RunStatus, type StepError,
   type StepSpec, type StepStatus,

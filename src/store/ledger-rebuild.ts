@@ -3,7 +3,7 @@ import { isAlive } from '../process/identity.js';
 import { Layout } from './layout.js';
 import type { AgentSlot, Ledger, RootReservation, TreeBudget } from './ledger.js';
 import { RunStore } from './run-store.js';
-import { descendants, readyIdentity, runMayBeLive, safeRecord, safeStatus } from './run-tree.js';
+import { descendants, readyIdentity, runMayBeLive, safeRecord, safeStatus } from '../lifecycle/run-tree.js';
 import { firstStepWidth, isTerminalRun, type RunRecord, type StepSpec, type StepStatus } from './run-types.js';
 
 /** Agent processes a step starts: the fan-out claim it made. */

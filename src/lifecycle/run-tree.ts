@@ -1,8 +1,8 @@
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
-import { readJsonFile } from './json-file.js';
-import type { Ledger } from './ledger.js';
-import type { RunStore } from './run-store.js';
-import { isTerminalRun, type RunRecord, type RunStatus } from './run-types.js';
+import { readJsonFile } from '../store/json-file.js';
+import type { Ledger } from '../store/ledger.js';
+import type { RunStore } from '../store/run-store.js';
+import { isTerminalRun, type RunRecord, type RunStatus } from '../store/run-types.js';
 
 /** Every run below `runId` in its tree (not itself), found through the children markers. */
 export function descendants(store: RunStore, runId: string): string[] {
