@@ -1,7 +1,7 @@
 import { SubagentError } from '../errors.js';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, runnerGroups } from '../process/terminate.js';
-import { pruneAgentSlots } from '../runner/agent-slots.js';
+import { pruneAgentSlots } from '../lifecycle/agent-slots.js';
 import { withLedger, peekLedger, readLedger, type Ledger } from '../store/ledger.js';
 import type { RunStore } from '../store/run-store.js';
 import { treeIsLive } from '../lifecycle/run-tree.js';

@@ -21,7 +21,7 @@ import {
 import { SubagentError, type RunErrorCode } from '../errors.js';
 import { MAIN_JS } from '../paths.js';
 import { readTail, runAgentProcess } from './agent-process.js';
-import { claimAgentSlot, releaseAgentSlot, releaseRunSlotsLocked, setAgentSlotProcess } from './agent-slots.js';
+import { claimAgentSlot, releaseAgentSlot, releaseRunSlotsLocked, setAgentSlotProcess } from '../lifecycle/agent-slots.js';
 import { newStepStatus } from './step-status.js';
 import { installStatusWriteFault } from './test-write-fault.js';
 
