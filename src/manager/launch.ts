@@ -8,7 +8,7 @@ import { newRunId } from '../ids.js';
 import { isAlive, readIdentity } from '../process/identity.js';
 import { spawnDetached, type DetachedChild } from '../process/spawn-detached.js';
 import { readTail } from '../runner/agent-process.js';
-import { newStepStatus } from '../runner/step-status.js';
+import { newStepStatus } from '../store/step-status.js';
 import type { PreparedRun, PublishedRun } from '../store/run-store.js';
 import { firstStepWidth, type AgentTaskSpec, type RunMode, type RunRecord, type RunStatus, type StepSpec } from '../store/run-types.js';
 import { CATALOG_SNAPSHOT_NAME, catalogFor, catalogSnapshotJson, freezeAgent } from './agent-resolver.js';

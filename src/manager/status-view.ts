@@ -3,7 +3,7 @@ import { redactSecrets } from '../agents/adapters/shared.js';
 import { readTail } from '../runner/agent-process.js';
 import type { RunPaths } from '../store/layout.js';
 import { isTerminalRun, type AppendRecord, type RunRecord, type RunStatus, type StepSpec, type StepStatus } from '../store/run-types.js';
-import { newStepStatus } from '../runner/step-status.js';
+import { newStepStatus } from '../store/step-status.js';
 import { fanoutSnapshot } from './capacity.js';
 import { descendants } from './nesting.js';
 import type { ManagerContext } from './context.js';

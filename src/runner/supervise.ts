@@ -22,7 +22,7 @@ import { SubagentError, type RunErrorCode } from '../errors.js';
 import { MAIN_JS } from '../paths.js';
 import { readTail, runAgentProcess } from './agent-process.js';
 import { claimAgentSlot, releaseAgentSlot, releaseRunSlotsLocked, setAgentSlotProcess } from '../lifecycle/agent-slots.js';
-import { newStepStatus } from './step-status.js';
+import { newStepStatus } from '../store/step-status.js';
 import { installStatusWriteFault } from './test-write-fault.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
