@@ -7,7 +7,7 @@ import { SubagentError } from '../errors.js';
 import { newRunId } from '../ids.js';
 import { isAlive, readIdentity } from '../process/identity.js';
 import { spawnDetached, type DetachedChild } from '../process/spawn-detached.js';
-import { readTail } from '../runner/agent-process.js';
+import { readTail } from '../store/text-tail.js';
 import { newStepStatus } from '../store/step-status.js';
 import type { PreparedRun, PublishedRun } from '../store/run-store.js';
 import { firstStepWidth, type AgentTaskSpec, type RunMode, type RunRecord, type RunStatus, type StepSpec } from '../store/run-types.js';

@@ -1,6 +1,6 @@
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/terminate.js';
-import { readTail } from '../runner/agent-process.js';
+import { readTail } from '../store/text-tail.js';
 import { removeStaleTemps, writeFileAtomic } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
 import { withLedger } from '../store/ledger.js';

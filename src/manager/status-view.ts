@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import { redactSecrets } from '../agents/adapters/shared.js';
-import { readTail } from '../runner/agent-process.js';
+import { readTail } from '../store/text-tail.js';
 import type { RunPaths } from '../store/layout.js';
 import { isTerminalRun, type AppendRecord, type RunRecord, type RunStatus, type StepSpec, type StepStatus } from '../store/run-types.js';
 import { newStepStatus } from '../store/step-status.js';

@@ -20,7 +20,8 @@ import {
 } from '../store/run-types.js';
 import { SubagentError, type RunErrorCode } from '../errors.js';
 import { MAIN_JS } from '../paths.js';
-import { readTail, runAgentProcess } from './agent-process.js';
+import { runAgentProcess } from './agent-process.js';
+import { readTail } from '../store/text-tail.js';
 import { claimAgentSlot, releaseAgentSlot, releaseRunSlotsLocked, setAgentSlotProcess } from '../lifecycle/agent-slots.js';
 import { newStepStatus } from '../store/step-status.js';
 import { installStatusWriteFault } from './test-write-fault.js';
