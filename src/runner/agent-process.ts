@@ -1,5 +1,4 @@
 import { spawn } from 'node:child_process';
-import fs from 'node:fs';
 import path from 'node:path';
 import { adapterFor } from '../agents/adapters/index.js';
 import type { Invocation, ParsedResult } from '../agents/types.js';
