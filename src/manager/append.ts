@@ -1,5 +1,5 @@
 import { errnoCode, SubagentError } from '../errors.js';
-import { withLedger } from '../store/ledger.js';
+import { withLedger } from '../lifecycle/ledger.js';
 import { isTerminalRun } from '../store/run-types.js';
 import { catalogFor } from './agent-resolver.js';
 import type { ManagerContext } from './context.js';

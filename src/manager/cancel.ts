@@ -8,7 +8,7 @@ import { requireVisible } from './listing.js';
 import { requestTreeCancel } from './nesting.js';
 import { reconcileRun } from './reconcile.js';
 import { freshStatus } from './run-status.js';
-import { withLedger } from '../store/ledger.js';
+import { withLedger } from '../lifecycle/ledger.js';
 import { treeIsLive } from '../lifecycle/run-tree.js';
 
 export interface CancelResult {

@@ -7,7 +7,7 @@ import { flagName, type Settings } from '../config.js';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { readEvents } from '../store/event-log.js';
 import { readJsonFile } from '../store/json-file.js';
-import { readLedger } from '../store/ledger.js';
+import { readLedger } from '../lifecycle/ledger.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { SessionRegistry } from '../store/session-registry.js';
 import { checkStateHome } from '../store/state-home.js';

@@ -3,7 +3,7 @@ import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/t
 import { readTail } from '../store/text-tail.js';
 import { removeStaleTemps, writeFileAtomic } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
-import { withLedger } from '../store/ledger.js';
+import { withLedger } from '../lifecycle/ledger.js';
 import { treeIsLive } from '../lifecycle/run-tree.js';
 import { isTerminalRun, isTerminalStep, type RunStatus, type StepError, type StepStatus } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';

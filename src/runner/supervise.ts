@@ -10,7 +10,7 @@ import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/t
 import { diskFaultOf, ensurePrivateDir, removeStaleTemps, writeFileAtomic } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
 import { Layout, type RunPaths } from '../store/layout.js';
-import { withLedger } from '../store/ledger.js';
+import { withLedger } from '../lifecycle/ledger.js';
 export { settleLocks } from '../store/lock.js';
 import { RunStore } from '../store/run-store.js';
 import { descendants, readyIdentity, runMayBeLive, safeRecord, safeStatus, treeIsLive } from '../lifecycle/run-tree.js';
