@@ -1,15 +1,13 @@
 import fs from 'node:fs';
 import { isAlive } from '../process/identity.js';
 import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/terminate.js';
-import { writeFileAtomic } from '../store/atomic-write.js';
-import { isTerminalRun, isTerminalStep, type RunStatus, type StepStatus } from '../store/run-types.js';
+import { requestCancel, requestTreeCancel } from '../lifecycle/cancel-request.js';
+import { endRun } from '../lifecycle/run-lifecycle.js';
+import { isTerminalRun } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';
 import { requireVisible } from './listing.js';
-import { requestTreeCancel } from './nesting.js';
 import { reconcileRun } from './reconcile.js';
 import { freshStatus } from './run-status.js';
-import { withLedger } from '../lifecycle/ledger.js';
-import { treeIsLive } from '../lifecycle/run-tree.js';
 
 export interface CancelResult {
   runId: string;
@@ -31,7 +29,7 @@ export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?:
   let s = await freshStatus(ctx, runId);
   if (!isTerminalRun(s.state)) {
     const paths = ctx.store.paths(runId);
-    writeFileAtomic(paths.cancelRequest, JSON.stringify({ at: new Date().toISOString(), reason: 'CANCELLED', by: ctx.sessionId }));
+    requestCancel(ctx.store, runId, 'CANCELLED', ctx.sessionId);
     requestTreeCancel(ctx.store, runId, 'CANCELLED');
     const record = ctx.store.readRecord(runId)!;
     const deadline = performance.now() + record.killGraceMs + 1500;
@@ -50,14 +48,7 @@ export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?:
       // The runner did not act within its grace: stop everything of the run from here.
       const runner = s.runner;
       const term = await terminateProcesses(() => findRunProcesses({ pgids: runnerGroups(runner), token: record.runToken, since: runner.startTime, exclude: [process.pid] }), 0, 500);
-      s = await ctx.store.update(runId, (cur) => cancelled(cur, term.survivors.map((p) => ({ pid: p.pid, startTime: p.startTime }))), { durable: true });
-      if (term.survivors.length === 0) {
-        await withLedger(ctx.layout, (l) => {
-          for (const k of Object.keys(l.agents)) if (k.startsWith(`${runId}:`)) delete l.agents[k];
-          // A root whose tree still lives keeps its slot; capacity pruning returns it once the tree has ended.
-          if (record.depth === 0 && !treeIsLive(l, ctx.store, runId)) { delete l.roots[runId]; delete l.trees[runId]; }
-        }).catch(() => {});
-      }
+      s = (await endRun(ctx, record, { state: 'cancelled', error: { code: 'CANCELLED', message: 'the run was cancelled' }, survivors: term.survivors })).status;
     }
     // The runner exits right after recording the end (ledger release, last event): wait for that as well, within the
     // same bound, so that an answer of "cancelled" means no process of the run is left.
@@ -68,15 +59,6 @@ export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?:
     }
   }
   return { runId, state: s.state, error: s.error, survivors: s.survivors.map((p) => p.pid) };
-}
-
-function cancelled(cur: RunStatus, survivors: RunStatus['survivors']): RunStatus {
-  const close = (st: StepStatus): StepStatus => ({
-    ...st,
-    state: isTerminalStep(st.state) ? st.state : st.state === 'running' ? 'cancelled' : 'skipped',
-    members: st.members?.map(close),
-  });
-  return { ...cur, state: 'cancelled', error: { code: 'CANCELLED', message: 'the run was cancelled' }, endedAt: new Date().toISOString(), steps: cur.steps.map(close), survivors };
 }
 
 function waitForChange(dir: string, maxMs: number): Promise<void> {

@@ -5,7 +5,7 @@ import type { RunPaths } from '../store/layout.js';
 import { isTerminalRun, type AppendRecord, type RunRecord, type RunStatus, type StepSpec, type StepStatus } from '../store/run-types.js';
 import { newStepStatus } from '../store/step-status.js';
 import { fanoutSnapshot } from './capacity.js';
-import { descendants } from './nesting.js';
+import { descendants } from '../lifecycle/run-tree.js';
 import type { ManagerContext } from './context.js';
 import { isVisible, readMeta } from './listing.js';
 

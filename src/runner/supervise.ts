@@ -8,21 +8,21 @@ import { agentSourceEnv, buildAgentEnv } from '../agents/agent-env.js';
 import type { ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/terminate.js';
 import { diskFaultOf, ensurePrivateDir, removeStaleTemps, writeFileAtomic } from '../store/atomic-write.js';
-import { readJsonFile } from '../store/json-file.js';
 import { Layout, type RunPaths } from '../store/layout.js';
-import { withLedger } from '../lifecycle/ledger.js';
+import { readCancelRequest, requestCancelOnce } from '../lifecycle/cancel-request.js';
+import { endRun, returnRunLedger, type EndState } from '../lifecycle/run-lifecycle.js';
 export { settleLocks } from '../store/lock.js';
 import { RunStore } from '../store/run-store.js';
-import { descendants, readyIdentity, runMayBeLive, safeRecord, safeStatus, treeIsLive } from '../lifecycle/run-tree.js';
+import { descendants, readyIdentity, runMayBeLive, safeRecord, safeStatus } from '../lifecycle/run-tree.js';
 import {
-  isTerminalRun, isTerminalStep, type AgentTaskSpec, type RunRecord, type RunState, type RunStatus, type StepError,
+  isTerminalRun, type AgentTaskSpec, type RunRecord, type RunStatus, type StepError,
   type StepSpec, type StepStatus,
 } from '../store/run-types.js';
 import { SubagentError, type RunErrorCode } from '../errors.js';
 import { MAIN_JS } from '../paths.js';
 import { runAgentProcess } from './agent-process.js';
 import { readTail } from '../store/text-tail.js';
-import { claimAgentSlot, releaseAgentSlot, releaseRunSlotsLocked, setAgentSlotProcess } from '../lifecycle/agent-slots.js';
+import { claimAgentSlot, releaseAgentSlot, setAgentSlotProcess } from '../lifecycle/agent-slots.js';
 import { newStepStatus } from '../store/step-status.js';
 import { installStatusWriteFault } from './test-write-fault.js';
 
@@ -134,9 +134,7 @@ class Executor {
             const ended = await persistently(() => this.store.withRunLock(this.runId, async () => {
               this.takeAppendsLocked();
               if (i < this.specs.length) return false;
-              // Slots first (lock order: run, then ledger): a client that sees the run ended can launch into its slot.
-              await this.releaseLedger();
-              this.commitLocked('completed', null, lastText);
+              await this.commitLocked('completed', null, lastText);
               return true;
             }));
             if (ended) break;
@@ -164,7 +162,7 @@ class Executor {
         if (!isTerminalRun(this.status.state)) {
           await this.sweepLeftovers();
           const reason = this.stopReason;
-          const state: RunState = reason === 'CANCELLED' || reason === 'PARENT_ENDED' ? 'cancelled' : 'failed';
+          const state: EndState = reason === 'CANCELLED' || reason === 'PARENT_ENDED' ? 'cancelled' : 'failed';
           const error: StepError = reason === 'TIMEOUT'
             ? { code: 'TIMEOUT', message: `the run exceeded its time limit of ${this.record.timeoutMs} ms` }
             : reason === 'CANCELLED' ? { code: 'CANCELLED', message: 'the run was cancelled' }
@@ -172,8 +170,7 @@ class Executor {
             : failure ?? { code: 'STEP_FAILED', message: 'a step failed' };
           await persistently(() => this.store.withRunLock(this.runId, async () => {
             this.takeAppendsLocked();
-            await this.releaseLedger();
-            this.commitLocked(state, error, lastText);
+            await this.commitLocked(state, error, lastText);
           }));
         }
       } catch (e) {
@@ -186,7 +183,7 @@ class Executor {
       if (runTimer) clearTimeout(runTimer);
       stopWatching();
     }
-    if (!this.ledgerReleased) await this.releaseLedger();
+    await this.retryLedgerReturn();
     this.store.event(this.runId, { type: 'ended', state: this.status.state });
     // Servers write into a live run's directory too (a cancel request, an append), and one killed mid-write leaves its
     // temp file; nobody else looks at the directory of a run that ended normally. Only writers proven gone.
@@ -209,23 +206,12 @@ class Executor {
     };
     try {
       await persistently(() => this.store.withRunLock(this.runId, async () => {
-        await this.releaseLedger();
-        this.closeSteps();
-        const now = new Date().toISOString();
-        this.status = this.store.updateLocked(this.runId, () => ({ ...this.status, state: 'failed', error, endedAt: now }), { durable: true, repairFrom: this.status });
+        await this.endLocked('failed', error);
       }));
       return 0;
     } catch (e) {
       process.stderr.write(`runner: could not write status.json (${diskFaultOf(e) ?? code}) to record the run failed either; exiting, reconciliation will end the run\n`);
       return 1;
-    }
-  }
-
-  /** Non-terminal steps and members end with the run: running ones cancelled, the rest skipped. */
-  private closeSteps(): void {
-    for (const st of this.status.steps) {
-      for (const m of st.members ?? []) if (!isTerminalStep(m.state)) m.state = m.state === 'running' ? 'cancelled' : 'skipped';
-      if (!isTerminalStep(st.state)) st.state = st.state === 'running' ? 'cancelled' : 'skipped';
     }
   }
 
@@ -345,7 +331,7 @@ class Executor {
       await Promise.all(recorded);
     }
     await this.settleChildren(st.key);
-    // A single run's one slot goes back with the rest of its ledger entries at the run's end (releaseLedger, after
+    // A single run's one slot goes back with the rest of its ledger entries at the run's end (endRun, after
     // the sweep of leftovers): one ledger section fewer per run, on the lock every run of the state home shares.
     if (this.record.mode !== 'single') await releaseAgentSlot(this.layout, slotKey).catch(() => {});
     st.exitCode = result.exitCode;
@@ -399,8 +385,7 @@ class Executor {
   private isNestedRunner(stepKey: string, p: ProcessIdentity): boolean {
     for (const c of this.store.children(this.runId)) {
       if (c.stepKey !== stepKey) continue;
-      const paths = this.store.paths(c.runId);
-      const ids = [safeStatus(this.store, c.runId)?.runner, (() => { try { return readJsonFile<ProcessIdentity>(paths.ready); } catch { return null; } })()];
+      const ids = [safeStatus(this.store, c.runId)?.runner, readyIdentity(this.store, c.runId)];
       if (ids.some((id) => id && id.pid === p.pid && id.startTime === p.startTime)) return true;
     }
     return false;
@@ -422,11 +407,8 @@ class Executor {
     const ask = (runId: string) => {
       const s = safeStatus(this.store, runId);
       if (s && isTerminalRun(s.state)) return;
-      try {
-        const file = this.store.paths(runId).cancelRequest;
-        // Asked again while it lives if the request is missing (a write that failed): never left to go on unasked.
-        if (!fs.existsSync(file)) writeFileAtomic(file, JSON.stringify({ at: new Date().toISOString(), reason }));
-      } catch { /* asked again on the next round */ }
+      // Asked again while it lives if the request is missing (a write that failed): never left to go on unasked.
+      try { requestCancelOnce(this.store, runId, reason); } catch { /* asked again on the next round */ }
     };
     for (let round = 0; waiting.length > 0; round++) {
       for (const runId of [...waiting]) {
@@ -458,8 +440,8 @@ class Executor {
   /** A cancel request is a file (the runner is the single writer of status); watched, with a slow poll behind it. */
   private watchForCancel(): () => void {
     const check = () => {
-      const req = (() => { try { return readJsonFile<{ reason?: string }>(this.paths.cancelRequest); } catch { return { reason: 'CANCELLED' }; } })();
-      if (req) this.stop(req.reason === 'PARENT_ENDED' ? 'PARENT_ENDED' : 'CANCELLED');
+      const reason = readCancelRequest(this.store, this.runId);
+      if (reason) this.stop(reason);
     };
     let watcher: fs.FSWatcher | undefined;
     try {
@@ -499,17 +481,42 @@ class Executor {
     }
   }
 
-  /** Writes the terminal status (compare-and-set: a terminal state already stored wins) and the run's output. */
-  private commitLocked(state: RunState, error: StepError | null, lastText: StepText): void {
-    const now = new Date().toISOString();
-    this.closeSteps();
+  /** Writes the run's output and its terminal status (`endLocked`). Caller holds the run lock. */
+  private async commitLocked(state: EndState, error: StepError | null, lastText: StepText): Promise<void> {
     // The last step that ran: for a parallel run its one group, all members joined.
     publishRunOutput(lastText, this.paths.runOutput);
-    this.status = this.store.updateLocked(this.runId, () => ({ ...this.status, state, error, endedAt: now }), { durable: true, repairFrom: this.status });
+    await this.endLocked(state, error);
     // The end is published (fsynced) and the ledger returned: what is left (returning the run lock, the last event,
     // exiting) is bookkeeping, while the processes this write wakes (a long-poll's server and its client) answer on
     // the same cores. A runner whose ledger release failed keeps its priority: it retries that, and launches wait on it.
-    if (this.ledgerReleased) try { os.setPriority(19); } catch { /* not permitted: no matter */ }
+    if (this.ledgerReturned) try { os.setPriority(19); } catch { /* not permitted: no matter */ }
+  }
+
+  /** What this runner's end did: whether it recorded it, and whether the run's ledger entries went back. */
+  private endedHere = false;
+  private ledgerReturned = false;
+
+  /**
+   * Ends the run (`endRun`: compare-and-set, open steps closed, slots and unstarted claims returned first). Caller
+   * holds the run lock. Retried whole by `persistently` after a refused write; the ledger is returned only once.
+   */
+  private async endLocked(state: EndState, error: StepError | null): Promise<void> {
+    const r = await endRun({ store: this.store, layout: this.layout }, this.record, { state, error }, { locked: true, runnerStatus: this.status, ledgerReturned: this.ledgerReturned });
+    this.ledgerReturned = r.ledgerReturned;
+    this.endedHere ||= r.ours;
+    this.status = r.status;
+    if (r.ledgerError) process.stderr.write(`runner: ledger release failed: ${(r.ledgerError as Error).message}\n`);
+  }
+
+  /** A ledger release that failed at the end is tried once more after the commit (capacity pruning is the last resort). */
+  private async retryLedgerReturn(): Promise<void> {
+    if (!this.endedHere || this.ledgerReturned || this.status.survivors.length > 0) return;
+    try {
+      await returnRunLedger({ store: this.store, layout: this.layout }, this.record, this.status);
+      this.ledgerReturned = true;
+    } catch (e) {
+      process.stderr.write(`runner: ledger release failed: ${(e as Error).message}\n`);
+    }
   }
 
   private async write(): Promise<void> {
@@ -528,32 +535,6 @@ class Executor {
       // Someone ended the run while we live (it cannot normally happen: others write only when we are gone).
       this.stop('CANCELLED');
     }
-  }
-
-  /** Returns the capacity slot (after the whole tree ended) and the fan-out claims of agents that never started. */
-  private ledgerReleased = false;
-
-  /** Idempotent; a failure is logged and retried once more after the commit. */
-  private async releaseLedger(): Promise<void> {
-    if (this.ledgerReleased) return;
-    let unstarted = 0;
-    for (const st of this.status.steps) {
-      if (st.members) unstarted += st.members.filter((m) => m.startedAt === null).length;
-      else if (st.startedAt === null) unstarted++;
-    }
-    await withLedger(this.layout, (l) => {
-      releaseRunSlotsLocked(l, this.runId); // a single run's agent slot, and slots a nested launch reserved that no agent took
-      const tree = l.trees[this.record.rootRunId];
-      if (tree && unstarted > 0) tree.used = Math.max(0, tree.used - unstarted);
-      // The root ends last (its steps waited for their nested runs), so its tree has normally ended by now. If a
-      // nested run still goes, or an agent of the tree still lives, the slot stays: capacity pruning returns it once
-      // this runner is gone and the tree has ended.
-      if (this.record.depth === 0 && !treeIsLive(l, this.store, this.runId)) {
-        delete l.roots[this.runId];
-        delete l.trees[this.runId];
-      }
-      this.ledgerReleased = true;
-    }).catch((e: unknown) => process.stderr.write(`runner: ledger release failed: ${(e as Error).message}\n`));
   }
 }
 
