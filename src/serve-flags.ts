@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util';
-import { flagName } from '../config.js';
+import { flagName } from './config.js';
 
 /** Every SUBAGENTS_* setting's flag (`--max-active-runs 4`), plus repeatable `--root`. */
 export const SETTING_ENV_NAMES = [
