@@ -1,13 +1,10 @@
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { loadSettings, type Settings } from '../config.js';
 import { newSessionId } from '../ids.js';
-import { seedAppearedRunIds } from '../manager/listing.js';
 import { setOriginalUmask } from '../manager/original-umask.js';
 import { realpathOrNull } from '../realpath.js';
-import { newSessionRecord, registerSession } from '../manager/session-record.js';
-import { Layout } from '../store/layout.js';
-import { SessionRegistry } from '../store/session-registry.js';
-import { openStateHome } from '../store/state-home.js';
+import { newSessionRecord } from '../manager/session-record.js';
+import { openHome, sessionRegistrar, settleLocksBeforeExit } from '../manager/state-home.js';
 import { createServer } from './server.js';
 
 /** How often the parent pid is checked: a server whose client vanished must not linger (SPEC §8.9). */
@@ -23,23 +20,21 @@ function log(line: string): void {
 export async function serve(flags: Record<string, string | string[] | undefined>, version: string): Promise<void> {
   setOriginalUmask(process.umask(0o077));
   let settings: Settings;
-  let opened: ReturnType<typeof openStateHome>;
   try {
     settings = loadSettings(process.env, flags);
-    opened = openStateHome(settings.home);
+    openHome(settings);
   } catch (e) {
     log((e as Error).message);
     process.exit(2);
   }
-  if (opened.runs) seedAppearedRunIds(new Layout(settings.home), opened.runs);
   let clientRoots: string[] | null = null;
   // One session id for the record written now and the core loaded later.
   const fresh = settings.sessionId === null; // made here: nothing in the home can name it yet
   settings = { ...settings, sessionId: settings.sessionId ?? newSessionId() };
-  const registry = new SessionRegistry(settings.home);
+  const registerRecord = sessionRegistrar(settings, fresh);
   let own = newSessionRecord(settings.sessionId!);
   const register = async (client: { name: string; version: string } | null) => {
-    try { own = await registerSession(registry, new Layout(settings.home).runsDir, own, client, { fresh }); } catch { /* the registry is best effort */ }
+    try { own = await registerRecord(own, client); } catch { /* the registry is best effort */ }
   };
   const shutdownController = new AbortController();
   // Restorable from its first answer that names it, even before it has runs: the core (every tool, every resource)
@@ -75,7 +70,7 @@ export async function serve(flags: Record<string, string | string[] | undefined>
     // Launches not yet told to proceed record their failure; runs already started are left alone.
     setTimeout(() => process.exit(0), SHUTDOWN_GRACE_MS).unref();
     // Then no new lock is taken and those under way finish: exiting mid-acquisition would strand a lock (store/lock.ts).
-    void handle.close().finally(() => setTimeout(() => void import('../store/lock.js').then((m) => m.settleLocks()).finally(() => process.exit(0)), 300).unref());
+    void handle.close().finally(() => setTimeout(() => void settleLocksBeforeExit().finally(() => process.exit(0)), 300).unref());
   };
   process.stdin.on('end', () => shutdown('stdin closed'));
   process.stdin.on('close', () => shutdown('stdin closed'));
