@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import { SubagentError } from '../errors.js';
-import { isRunDirNoise } from '../store/layout.js';
+import { watchRunDir } from './run-files.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { capacitySnapshot } from './capacity.js';
 import type { ManagerContext } from './context.js';
@@ -115,11 +115,8 @@ async function waitUntil(dirs: string[], waitMs: number, signal: AbortSignal, ch
     const progress = setInterval(() => onTick?.(performance.now() - start), 5000);
     signal.addEventListener('abort', onAbort, { once: true });
     for (const d of dirs) {
-      try {
-        const w = fs.watch(d, (_event, name) => { if (!isRunDirNoise(name)) void run('event'); });
-        w.on('error', () => {});
-        watchers.push(w);
-      } catch { /* poll covers it */ }
+      const w = watchRunDir(d, () => void run('event'));
+      if (w) watchers.push(w); // else the poll covers it
     }
     void run('first');
   });

@@ -4,7 +4,6 @@ import type { ManagerContext } from '../manager/context.js';
 import { listVisible, listVisibleRuns, readMeta, requireVisible } from '../manager/listing.js';
 import { freshStatus } from '../manager/run-status.js';
 import { MAX_OUTPUT_BYTES, renderRun } from '../manager/status-view.js';
-import { readEvents } from '../store/event-log.js';
 
 /** Reads past this are paged with ?offset=&length= (the SDK client drops a connection on a message over 10 MiB). */
 export const MAX_READ_BYTES = 4 * 1024 * 1024;

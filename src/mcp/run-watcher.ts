@@ -4,7 +4,7 @@ import type { ManagerContext } from '../manager/context.js';
 import { listVisible, listVisibleRuns, type RunMeta, type VisibleRun } from '../manager/listing.js';
 import { reconcileRun } from '../manager/reconcile.js';
 import { markAdoptedRuns } from '../manager/sessions.js';
-import { isRunDirNoise } from '../store/layout.js';
+import { watchRunDir } from '../manager/run-files.js';
 import { isTerminalRun, type RunState } from '../store/run-types.js';
 import { runUri } from './resources.js';
 
@@ -228,11 +228,8 @@ export class RunWatcher {
   private follow(runId: string, state: RunState): void {
     const w = this.watchers.get(runId);
     if (!isTerminalRun(state) && !w) {
-      try {
-        const nw = fs.watch(this.ctx.store.paths(runId).dir, (_e, name) => { if (!isRunDirNoise(name)) this.poke({ runId }); });
-        nw.on('error', () => {});
-        this.watchers.set(runId, nw);
-      } catch { /* poll */ }
+      const nw = watchRunDir(this.ctx.store.paths(runId).dir, () => this.poke({ runId }));
+      if (nw) this.watchers.set(runId, nw); // else the poll covers it
     } else if (isTerminalRun(state) && w) {
       w.close();
       this.watchers.delete(runId);
