@@ -64,7 +64,7 @@ export interface RunDetail {
   output: FileInfo;
   files: { dir: string; record: FileInfo; status: FileInfo; events: FileInfo; runnerLog: FileInfo };
   events: RunEvent[];
-  /** Lines of the event log that did not parse (skipped: SPEC §8.6), shown so the damage is not silent. */
+  /** Lines of the event log that did not parse (skipped: docs/contract.md, invariant 6), shown so the damage is not silent. */
   eventsSkipped: number;
 }
 

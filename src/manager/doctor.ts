@@ -100,7 +100,7 @@ function runsNeedingAttention(ctx: ManagerContext): DoctorReport['attention'] {
       const alive = s.survivors.filter((p) => isAlive(p));
       if (alive.length) out.push({ runId: m.runId, state: s.state, problem: `${alive.length} process(es) survived SIGKILL and are still alive: pid ${alive.map((p) => p.pid).join(', ')}` });
     }
-    // Garbled lines are skipped wherever the log is read (SPEC §8.6); the damage is reported here, not hidden.
+    // Garbled lines are skipped wherever the log is read (docs/contract.md, invariant 6); the damage is reported here, not hidden.
     const events = ctx.store.paths(m.runId).events;
     const { skipped } = readEvents(events);
     if (skipped > 0) out.push({ runId: m.runId, state: s.state, problem: `its event log ${events} has ${skipped} unparsable line(s), skipped when read; the run itself is unaffected` });

@@ -77,7 +77,7 @@ export function claimPaths(steps: StepSpec[], offset = 0): string[] {
   return out;
 }
 
-/** A top-level launch's CAPACITY_EXHAUSTED, naming the caller's own active runs (SPEC §5) and what to do. */
+/** A top-level launch's CAPACITY_EXHAUSTED, naming the caller's own active runs (docs/contract.md, "Tools") and what to do. */
 function capacityRefusal(ctx: ManagerContext, counts: string): SubagentError {
   const mine = ownActiveRuns(ctx).slice(0, 5);
   const hint = mine.length
@@ -87,7 +87,7 @@ function capacityRefusal(ctx: ManagerContext, counts: string): SubagentError {
 }
 
 /**
- * SPEC §6, in order: validate and resolve → reserve capacity and claim fan-out under the ledger lock → write the
+ * docs/contract.md, "Run states", in order: validate and resolve → reserve capacity and claim fan-out under the ledger lock → write the
  * run record → spawn the detached runner → ready → bind → proceed → answer. Any failure before proceed records the
  * run failed/HANDSHAKE_FAILED, starts no agent, verifies the runner gone and returns what was reserved.
  * The bind's ledger write is done while the runner boots, to the identity of the process we started; the ready
@@ -141,7 +141,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   // and they no longer queue ahead of the launches that can be admitted).
   const refusal = nesting ? null : refusalWithoutLock(ctx);
   if (refusal) throw capacityRefusal(ctx, refusal);
-  // Reserved first (SPEC §6). While the reservation's ledger write is on the disk, this thread writes the run's
+  // Reserved first (docs/contract.md, "Run states"). While the reservation's ledger write is on the disk, this thread writes the run's
   // directory under a hidden name: nothing sees it until it is published, after the reservation holds.
   const reserving = reserve(ctx, { runId, claims: paths.length, claimPaths: paths, nested, treeLimits: limits });
   reserving.catch(() => {}); // awaited below

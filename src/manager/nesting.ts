@@ -18,7 +18,7 @@ export interface NestingContext {
 
 /**
  * Validates SUBAGENTS_BUDGET against the hashes the parent's runner stored for its running steps. Anything invalid
- * or expired yields null: the server is then top-level (SPEC §4.8), and no error reveals why.
+ * or expired yields null: the server is then top-level (docs/contract.md, "Nesting and isolation"), and no error reveals why.
  */
 export function resolveNesting(env: NodeJS.ProcessEnv, layout: Layout): NestingContext | null {
   const secret = env.SUBAGENTS_BUDGET;

@@ -11,7 +11,7 @@ import type { ManagerContext } from './context.js';
 const inflight = new Map<string, Promise<void>>();
 
 /**
- * SPEC §6 reconciliation of one run: a non-terminal run whose runner is gone (dead, zombie, or its pid now another
+ * Reconciliation of one run (docs/contract.md, "Run states"): a non-terminal run whose runner is gone (dead, zombie, or its pid now another
  * process) becomes failed/RUNNER_LOST after its leftovers (found by group and run token, identity-checked) are
  * stopped; a launch whose server died before the start becomes failed/HANDSHAKE_FAILED. Concurrent callers share one pass.
  */

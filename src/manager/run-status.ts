@@ -25,7 +25,7 @@ export type StatusAnswer =
 /** Runs a list answer carries inline (a summary is ~400 bytes: well under the 256 KiB inline cap). */
 export const LIST_MAX_RUNS = 200;
 
-/** Reads a status, reconciling it first if its runner is gone (SPEC §6: listings reconcile what they return). */
+/** Reads a status, reconciling it first if its runner is gone (docs/contract.md, "Run states": listings reconcile what they return). */
 export async function freshStatus(ctx: ManagerContext, runId: string): Promise<RunStatus> {
   let s = ctx.store.readStatus(runId);
   if (s && !isTerminalRun(s.state)) {
@@ -39,7 +39,7 @@ export async function freshStatus(ctx: ManagerContext, runId: string): Promise<R
 /** What a listing shows of a run's status (`summarize`). */
 type ListedStatus = Pick<RunStatus, 'state' | 'endedAt' | 'error'>;
 /**
- * The listed part of ended runs' statuses, kept for this process's life: terminal is final (SPEC §8.3), so a
+ * The listed part of ended runs' statuses, kept for this process's life: terminal is final (docs/contract.md, invariant 3), so a
  * session's ended runs are read once instead of on every list (200 status files per list in a large session).
  */
 const endedListed = new Map<string, ListedStatus>();

@@ -122,7 +122,7 @@ function lastActivity(paths: RunPaths, status: RunStatus): string {
   return new Date(t).toISOString();
 }
 
-/** The full status of one run (SPEC §4.2), inline text bounded by `outputBytes` across the whole result. */
+/** The full status of one run (docs/contract.md, "Tools"), inline text bounded by `outputBytes` across the whole result. */
 export function renderRun(ctx: ManagerContext, record: RunRecord, status: RunStatus, outputBytes = DEFAULT_OUTPUT_BYTES): RunView {
   const paths = ctx.store.paths(record.runId);
   const appends = ctx.store.readAppends(record.runId);

@@ -172,7 +172,7 @@ export async function readResource(ctx: ManagerContext, uri: string): Promise<Re
   }
   if (p.part === 'events') {
     const page = readPage(paths.events, offset, length, true);
-    // Readers skip torn or garbled lines (SPEC §8.6).
+    // Readers skip torn or garbled lines (docs/contract.md, invariant 6).
     const text = page.text.split('\n').filter((line) => {
       if (line.trim() === '') return false;
       try { const v = JSON.parse(line) as unknown; return typeof v === 'object' && v !== null && !Array.isArray(v); } catch { return false; }

@@ -7,7 +7,7 @@ import { newSessionRecord } from '../manager/session-record.js';
 import { openHome, sessionRegistrar, settleLocksBeforeExit } from '../manager/state-home.js';
 import { createServer } from './server.js';
 
-/** How often the parent pid is checked: a server whose client vanished must not linger (SPEC §8.9). */
+/** How often the parent pid is checked: a server whose client vanished must not linger (docs/contract.md, invariant 9). */
 const PARENT_CHECK_MS = 500;
 /** In-flight launches get this long to record their abandonment before the process exits. */
 const SHUTDOWN_GRACE_MS = 1200;

@@ -4,7 +4,7 @@ import lockfile from 'proper-lockfile';
 import { SubagentError } from '../errors.js';
 
 export interface LockOptions {
-  /** How long to wait for the lock before answering BUSY (SPEC §6: at most 5 s). */
+  /** How long to wait for the lock before answering BUSY (docs/contract.md, "Run states": at most 5 s). */
   waitMs?: number;
   /** A holder that stops refreshing the lock for this long is presumed dead. */
   staleMs?: number;

@@ -179,7 +179,7 @@ export class RunStore {
     return out;
   }
 
-  /** Durable before `append` answers (SPEC §8.1). Caller holds the run lock. */
+  /** Durable before `append` answers (docs/contract.md, invariant 1). Caller holds the run lock. */
   writeAppend(runId: string, rec: AppendRecord): void {
     ensureDurablePrivateDir(this.paths(runId).appendsDir); // made by the run's first append
     writeFileAtomic(this.paths(runId).appendFile(rec.seq), JSON.stringify(rec));

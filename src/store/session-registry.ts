@@ -132,7 +132,7 @@ export class SessionRegistry {
 
   /**
    * Record files that exist but do not parse as a session record: read() treats them as lost and callers rebuild
-   * around them silently (SPEC §8.6), so `doctor` names them here.
+   * around them silently (docs/contract.md, invariant 6), so `doctor` names them here.
    */
   damaged(): string[] {
     const out: string[] = [];
