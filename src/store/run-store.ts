@@ -49,7 +49,7 @@ export class RunStore {
    * wait for that write, and their fsyncs run beside the ledger's. No subdirectory: each is made by its first writer
    * (`out/`, `prompts/`, `budget/` by the runner, `appends/` and `children/` by a run's first append or nested launch).
    * Every inode a launch creates costs kernel CPU, on an ext4 without a journal (this machine kind) up to ~0.75 ms
-   * each, and eight launches prepare one after the other on this thread (docs/performance.md, eighth session).
+   * each, and eight launches prepare one after the other on this thread (docs/performance.md, "What limits each figure").
    */
   prepare(record: RunRecord, status: RunStatus, extra: Record<string, string> = {}): PreparedRun {
     // Built under a hidden temp name and renamed into place: a server killed mid-create leaves no half-record (a run
