@@ -3,7 +3,8 @@ import type { ManagerContext } from '../manager/context.js';
 import { freshStatus } from '../manager/run-status.js';
 import { isTerminalRun, isTerminalStep, type RunStatus, type StepStatus } from '../store/run-types.js';
 import { formatBytes, formatDuration } from './format.js';
-import { DirActivity, Progress } from './progress.js';
+import { DirWatch } from '../wait.js';
+import { Progress } from './progress.js';
 
 export interface LogsOptions {
   follow?: boolean;
@@ -116,7 +117,7 @@ export async function logsCommand(ctx: ManagerContext, runId: string, o: LogsOpt
     return 0;
   }
 
-  const activity = new DirActivity([paths.dir, paths.outDir]);
+  const activity = new DirWatch([paths.dir, paths.outDir]);
   const started = Date.now();
   try {
     for (;;) {
@@ -130,7 +131,7 @@ export async function logsCommand(ctx: ManagerContext, runId: string, o: LogsOpt
       } else {
         progress.update(`… ${status.state} · waiting for the next step · ${formatDuration(Date.now() - started)}`);
       }
-      const changed = await activity.wait(POLL_MS);
+      const changed = await activity.next(POLL_MS);
       // A poll tick reconciles (a runner that died writes nothing); a file event just re-reads.
       status = changed ? (ctx.store.readStatus(runId) ?? status) : await freshStatus(ctx, runId);
     }

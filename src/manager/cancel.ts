@@ -1,9 +1,9 @@
-import fs from 'node:fs';
 import { isAlive } from '../process/identity.js';
 import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/terminate.js';
 import { requestCancel, requestTreeCancel } from '../lifecycle/cancel-request.js';
 import { endRun } from '../lifecycle/run-lifecycle.js';
 import { isTerminalRun } from '../store/run-types.js';
+import { DirWatch } from '../wait.js';
 import type { ManagerContext } from './context.js';
 import { requireVisible } from './listing.js';
 import { reconcileRun } from './reconcile.js';
@@ -35,13 +35,18 @@ export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?:
     const deadline = performance.now() + record.killGraceMs + 1500;
     const start = performance.now();
     let lastTick = start;
-    while (performance.now() < deadline) {
-      s = ctx.store.readStatus(runId) ?? s;
-      if (isTerminalRun(s.state)) break;
-      if (s.state === 'running' && !isAlive(s.runner)) { await reconcileRun(ctx, runId); continue; }
-      if (s.state === 'starting' && !isAlive(record.server)) { await reconcileRun(ctx, runId); continue; }
-      if (performance.now() - lastTick > 1000) { lastTick = performance.now(); onProgress?.(lastTick - start); }
-      await waitForChange(paths.dir, 100);
+    const changes = new DirWatch([paths.dir]);
+    try {
+      while (performance.now() < deadline) {
+        s = ctx.store.readStatus(runId) ?? s;
+        if (isTerminalRun(s.state)) break;
+        if (s.state === 'running' && !isAlive(s.runner)) { await reconcileRun(ctx, runId); continue; }
+        if (s.state === 'starting' && !isAlive(record.server)) { await reconcileRun(ctx, runId); continue; }
+        if (performance.now() - lastTick > 1000) { lastTick = performance.now(); onProgress?.(lastTick - start); }
+        await changes.next(100);
+      }
+    } finally {
+      changes.close();
     }
     s = ctx.store.readStatus(runId) ?? s;
     if (!isTerminalRun(s.state) && s.runner) {
@@ -59,13 +64,4 @@ export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?:
     }
   }
   return { runId, state: s.state, error: s.error, survivors: s.survivors.map((p) => p.pid) };
-}
-
-function waitForChange(dir: string, maxMs: number): Promise<void> {
-  return new Promise((resolve) => {
-    let w: fs.FSWatcher | undefined;
-    const done = () => { clearTimeout(t); w?.close(); resolve(); };
-    const t = setTimeout(done, maxMs);
-    try { w = fs.watch(dir, done); w.on('error', () => {}); } catch { /* timer only */ }
-  });
 }

@@ -1,7 +1,7 @@
-import fs from 'node:fs';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { readEvents, type RunEvent } from '../store/event-log.js';
 import { isRunDirNoise } from '../store/layout.js';
+import { DirWatch } from '../wait.js';
 import type { ManagerContext } from './context.js';
 
 export type { RunEvent };
@@ -17,16 +17,10 @@ export function withLiveness(id: ProcessIdentity | null): (ProcessIdentity & { a
 }
 
 /**
- * Watches a directory of a run (or `runs/`) and calls `onChange` for a change that may say something about a run's
- * state: the files every step rewrites (logs, locks, temps) are ignored. Null when the directory cannot be watched
- * (the caller's poll covers it).
+ * Watches directories of runs and calls `onChange` for a change that may say something about a run's state: the
+ * files every step rewrites (logs, locks, temps) are ignored. A directory that cannot be watched is left to the
+ * caller's poll.
  */
-export function watchRunDir(dir: string, onChange: () => void): fs.FSWatcher | null {
-  try {
-    const w = fs.watch(dir, (_event, name) => { if (!isRunDirNoise(name)) onChange(); });
-    w.on('error', () => {});
-    return w;
-  } catch {
-    return null;
-  }
+export function watchRunDirs(dirs: readonly string[], onChange: () => void): DirWatch {
+  return new DirWatch(dirs, (name) => !isRunDirNoise(name), onChange);
 }

@@ -1,6 +1,6 @@
-import fs from 'node:fs';
 import { SubagentError } from '../errors.js';
-import { watchRunDir } from './run-files.js';
+import { watchRunDirs } from './run-files.js';
+import type { DirWatch } from '../wait.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { capacitySnapshot } from './capacity.js';
 import type { ManagerContext } from './context.js';
@@ -81,7 +81,7 @@ async function waitUntil(dirs: string[], waitMs: number, signal: AbortSignal, ch
   const start = performance.now();
   return new Promise<WaitInfo>((resolve) => {
     let done = false;
-    const watchers: fs.FSWatcher[] = [];
+    let watch: DirWatch | null = null;
     let checking = false;
     let again: CheckCause | null = null;
     const finish = (changed: boolean) => {
@@ -90,7 +90,7 @@ async function waitUntil(dirs: string[], waitMs: number, signal: AbortSignal, ch
       clearTimeout(timer);
       clearInterval(poll);
       clearInterval(progress);
-      for (const w of watchers) w.close();
+      watch?.close();
       signal.removeEventListener('abort', onAbort);
       resolve({ waitedMs: Math.round(performance.now() - start), changed });
     };
@@ -114,10 +114,7 @@ async function waitUntil(dirs: string[], waitMs: number, signal: AbortSignal, ch
     const poll = setInterval(() => void run('poll'), 1000);
     const progress = setInterval(() => onTick?.(performance.now() - start), 5000);
     signal.addEventListener('abort', onAbort, { once: true });
-    for (const d of dirs) {
-      const w = watchRunDir(d, () => void run('event'));
-      if (w) watchers.push(w); // else the poll covers it
-    }
+    watch = watchRunDirs(dirs, () => void run('event'));
     void run('first');
   });
 }

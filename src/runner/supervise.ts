@@ -20,6 +20,7 @@ import {
 } from '../store/run-types.js';
 import { SubagentError, type RunErrorCode } from '../errors.js';
 import { MAIN_JS } from '../paths.js';
+import { DirWatch } from '../wait.js';
 import { runAgentProcess } from './agent-process.js';
 import { readTail } from '../store/text-tail.js';
 import { claimAgentSlot, releaseAgentSlot, setAgentSlotProcess } from '../lifecycle/agent-slots.js';
@@ -443,11 +444,7 @@ class Executor {
       const reason = readCancelRequest(this.store, this.runId);
       if (reason) this.stop(reason);
     };
-    let watcher: fs.FSWatcher | undefined;
-    try {
-      watcher = fs.watch(this.paths.dir, (_e, name) => { if (!name || name.startsWith('cancel-request')) check(); });
-      watcher.on('error', () => {});
-    } catch { /* poll only */ }
+    const watch = new DirWatch([this.paths.dir], (name) => name.startsWith('cancel-request'), check);
     const poll = setInterval(check, 500);
     const onSignal = () => this.stop('CANCELLED');
     process.on('SIGTERM', onSignal);
@@ -455,7 +452,7 @@ class Executor {
     process.on('SIGHUP', () => {});
     check();
     return () => {
-      watcher?.close();
+      watch.close();
       clearInterval(poll);
       process.off('SIGTERM', onSignal);
       process.off('SIGINT', onSignal);
