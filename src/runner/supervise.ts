@@ -20,6 +20,7 @@ import {
 } from '../store/run-types.js';
 import { SubagentError, type RunErrorCode } from '../errors.js';
 import { MAIN_JS } from '../paths.js';
+import { NO_TEXT, once, publishRunOutput, readStepText, substitute, type StepText } from './step-text.js';
 import { DirWatch } from '../wait.js';
 import { runAgentProcess } from './agent-process.js';
 import { readTail } from '../store/text-tail.js';
@@ -62,17 +63,6 @@ interface StepOutcome {
   error: StepError | null;
 }
 
-/**
- * A step's final text, left in the file that holds it: a large output is read into memory only when a later task
- * asks for `{previous}`, and becomes the run's output without being written a second time. A text over `cap` bytes
- * stands for its last `cap` bytes.
- */
-interface StepText {
-  file: string | null;
-  cap: number;
-}
-
-const NO_TEXT: StepText = { file: null, cap: 0 };
 
 /**
  * Claims the start (the server may have given up meanwhile) unless the runner's entry already did (`claimed`), then
@@ -539,55 +529,6 @@ class Executor {
 function writtenFile(e: unknown): string {
   const named = e instanceof SubagentError ? /^could not write (\S+)/.exec(e.message)?.[1] : undefined;
   return named ?? "the run's files";
-}
-
-function substitute(task: string, previous: (() => string) | null): string {
-  if (previous === null || !task.includes('{previous}')) return task;
-  // One pass: text coming from the previous step is never scanned for `{previous}` again.
-  return task.split('{previous}').join(previous());
-}
-
-function once(f: () => string): () => string {
-  let v: string | undefined;
-  return () => (v ??= f());
-}
-
-function readStepText(t: StepText): string {
-  if (t.file === null) return '';
-  try {
-    const st = fs.statSync(t.file);
-    return st.size <= t.cap ? fs.readFileSync(t.file, 'utf8') : readTail(t.file, t.cap);
-  } catch {
-    return '';
-  }
-}
-
-/**
- * The run's output is the last step's text. Its file is linked in (a copy where links are refused): a 32 MiB output
- * was read into memory and written again, and the terminal status's fsync then flushed that second copy too.
- */
-function publishRunOutput(t: StepText, target: string): void {
-  let src: fs.Stats | null = null;
-  try { src = t.file === null ? null : fs.statSync(t.file); } catch { /* gone: an empty output */ }
-  if (src === null || src.size > t.cap) {
-    writeFileAtomic(target, readStepText(t), { durable: false });
-    return;
-  }
-  // Already linked (a retried commit): rename(2) between two links of one file does nothing and would leave the temp.
-  try { const cur = fs.statSync(target); if (cur.ino === src.ino && cur.dev === src.dev) return; } catch { /* not yet */ }
-  // Under a fresh name, then renamed over the target: a reader sees the old output or the new one, never a part.
-  const tmp = path.join(path.dirname(target), `.${path.basename(target)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
-  try {
-    try {
-      fs.linkSync(t.file!, tmp);
-    } catch {
-      fs.copyFileSync(t.file!, tmp, fs.constants.COPYFILE_EXCL);
-    }
-    fs.renameSync(tmp, target);
-  } catch (e) {
-    try { fs.unlinkSync(tmp); } catch { /* not made */ }
-    throw e;
-  }
 }
 
 /** The command that starts this same server, for `delegate: true` (the nesting variables travel in its env). */
