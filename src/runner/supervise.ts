@@ -6,22 +6,21 @@ import { adapterFor } from '../agents/adapters/index.js';
 import { stderrReason } from '../agents/adapters/shared.js';
 import { agentSourceEnv, buildAgentEnv } from '../agents/agent-env.js';
 import type { ProcessIdentity } from '../process/identity.js';
-import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/terminate.js';
+import { findRunProcesses, terminateProcesses } from '../process/terminate.js';
 import { diskFaultOf, ensurePrivateDir, removeStaleTemps, writeFileAtomic } from '../store/atomic-write.js';
 import { Layout, type RunPaths } from '../store/layout.js';
-import { readCancelRequest, requestCancelOnce } from '../lifecycle/cancel-request.js';
 import { endRun, returnRunLedger, type EndState } from '../lifecycle/run-lifecycle.js';
 export { settleLocks } from '../store/lock.js';
 import { RunStore } from '../store/run-store.js';
-import { descendants, readyIdentity, runMayBeLive, safeRecord, safeStatus } from '../lifecycle/run-tree.js';
 import {
   isTerminalRun, type AgentTaskSpec, type RunRecord, type RunStatus, type StepError,
   type StepSpec, type StepStatus,
 } from '../store/run-types.js';
 import { SubagentError, type RunErrorCode } from '../errors.js';
 import { MAIN_JS } from '../paths.js';
+import { watchForCancel } from './cancel-watch.js';
+import { isNestedRunner, settleChildren } from './children.js';
 import { NO_TEXT, once, publishRunOutput, readStepText, substitute, type StepText } from './step-text.js';
-import { DirWatch } from '../wait.js';
 import { runAgentProcess } from './agent-process.js';
 import { readTail } from '../store/text-tail.js';
 import { claimAgentSlot, releaseAgentSlot, setAgentSlotProcess } from '../lifecycle/agent-slots.js';
@@ -64,11 +63,21 @@ interface StepOutcome {
 }
 
 
+/** What the process that supervises a run lets the supervision do to it. */
+export interface SuperviseHost {
+  /** The run's own detached runner: SIGTERM/SIGINT cancel the run, and the process lowers its priority after the end. */
+  processSignals: boolean;
+}
+
+/** The detached runner (`runner/main.ts`): one run, the whole process. */
+export const RUNNER_HOST: SuperviseHost = { processSignals: true };
+
 /**
  * Claims the start (the server may have given up meanwhile) unless the runner's entry already did (`claimed`), then
- * executes the run to its terminal state.
+ * executes the run to its terminal state. `me` is the identity recorded as the run's runner: the process that
+ * supervises it, which need not be a detached runner of its own (`host`).
  */
-export async function supervise(record: RunRecord, paths: RunPaths, me: ProcessIdentity, claimed: RunStatus | null = null): Promise<number> {
+export async function supervise(record: RunRecord, paths: RunPaths, me: ProcessIdentity, claimed: RunStatus | null = null, host: SuperviseHost = RUNNER_HOST): Promise<number> {
   const layout = new Layout(path.dirname(path.dirname(paths.dir)));
   const store = new RunStore(layout);
   const started = claimed ?? await persistently(() => store.update(record.runId, (s) => (s.state === 'starting'
@@ -86,7 +95,7 @@ export async function supervise(record: RunRecord, paths: RunPaths, me: ProcessI
   }
   store.event(record.runId, { type: 'started', pid: me.pid });
   installStatusWriteFault(process.env.SUBAGENTS_TEST_FAULT, paths.dir);
-  return new Executor(record, paths, store, layout, me, started).run();
+  return new Executor(record, paths, store, layout, me, started, host).run();
 }
 
 class Executor {
@@ -102,6 +111,7 @@ class Executor {
     private readonly layout: Layout,
     private readonly me: ProcessIdentity,
     private status: RunStatus,
+    private readonly host: SuperviseHost,
   ) {
     this.specs = [...record.steps];
     this.runId = record.runId;
@@ -310,7 +320,7 @@ class Executor {
         timeoutMs,
         signal,
         delegateServer: spec.agent.delegate ? delegateServerFor(env) : undefined,
-        spare: (p) => this.isNestedRunner(st.key, p),
+        spare: (p) => isNestedRunner(this.store, this.runId, st.key, p),
         onStarted: (agent) => {
           st.process = agent;
           // Not awaited here (the agent is already running), but before the step ends: nothing outlives its step.
@@ -321,7 +331,7 @@ class Executor {
       budget.revoke();
       await Promise.all(recorded);
     }
-    await this.settleChildren(st.key);
+    await settleChildren(this.store, this.runId, st.key, this.stopReason === 'CANCELLED' ? 'CANCELLED' : 'PARENT_ENDED');
     // A single run's one slot goes back with the rest of its ledger entries at the run's end (endRun, after
     // the sweep of leftovers): one ledger section fewer per run, on the lock every run of the state home shares.
     if (this.record.mode !== 'single') await releaseAgentSlot(this.layout, slotKey).catch(() => {});
@@ -372,55 +382,6 @@ class Executor {
     return { secret, revoke: () => { try { fs.unlinkSync(file); } catch { /* gone */ } } };
   }
 
-  /** Whether `p` is the runner of a nested run launched from this step (identity from its status or ready report). */
-  private isNestedRunner(stepKey: string, p: ProcessIdentity): boolean {
-    for (const c of this.store.children(this.runId)) {
-      if (c.stepKey !== stepKey) continue;
-      const ids = [safeStatus(this.store, c.runId)?.runner, readyIdentity(this.store, c.runId)];
-      if (ids.some((id) => id && id.pid === p.pid && id.startTime === p.startTime)) return true;
-    }
-    return false;
-  }
-
-  /**
-   * Nested runs of a step still active when its agent exited are cancelled, and the step waits until each has ended.
-   * No fixed bound: a bound let a root end, and free its capacity slot, with nested runs alive (a deep tree of agents
-   * that ignore SIGTERM takes a grace per level). The wait cannot hang on a dead process: a live child runner ends on
-   * its own (its agent gets SIGTERM, the grace, SIGKILL, and it waits for its own children the same way), so the wait
-   * ends with the leaves of the tree; a child whose runner is gone (identity-checked) has its leftovers stopped here,
-   * its own children taken into this wait, and its status left for reconciliation to record; one still starting is
-   * waited for only while its launch can still proceed (its server or its runner alive: both bound the handshake).
-   */
-  private async settleChildren(stepKey: string): Promise<void> {
-    const waiting = this.store.children(this.runId).filter((c) => c.stepKey === stepKey).map((c) => c.runId);
-    if (waiting.length === 0) return;
-    const reason = this.stopReason === 'CANCELLED' ? 'CANCELLED' : 'PARENT_ENDED';
-    const ask = (runId: string) => {
-      const s = safeStatus(this.store, runId);
-      if (s && isTerminalRun(s.state)) return;
-      // Asked again while it lives if the request is missing (a write that failed): never left to go on unasked.
-      try { requestCancelOnce(this.store, runId, reason); } catch { /* asked again on the next round */ }
-    };
-    for (let round = 0; waiting.length > 0; round++) {
-      for (const runId of [...waiting]) {
-        if (round % 10 === 0) ask(runId);
-        const s = safeStatus(this.store, runId);
-        if (s && isTerminalRun(s.state)) { waiting.splice(waiting.indexOf(runId), 1); continue; }
-        if (runMayBeLive(this.store, runId)) continue;
-        // Not terminal and nothing can end it from inside: its runner is gone, or its launch never started.
-        waiting.splice(waiting.indexOf(runId), 1);
-        const record = safeRecord(this.store, runId);
-        const runner = s?.runner ?? readyIdentity(this.store, runId);
-        if (record && runner) {
-          const find = () => findRunProcesses({ pgids: runnerGroups(runner), token: record.runToken, exclude: [process.pid] });
-          await terminateProcesses(find, record.killGraceMs);
-        }
-        for (const id of descendants(this.store, runId)) if (!waiting.includes(id)) { ask(id); waiting.push(id); }
-      }
-      if (waiting.length > 0) await sleep(100);
-    }
-  }
-
   private stop(reason: StopReason): void {
     if (this.stopReason) return;
     this.stopReason = reason;
@@ -428,25 +389,9 @@ class Executor {
     this.abort.abort();
   }
 
-  /** A cancel request is a file (the runner is the single writer of status); watched, with a slow poll behind it. */
+  /** The run stops at a cancel request (or, when this process is the runner, at SIGTERM/SIGINT). */
   private watchForCancel(): () => void {
-    const check = () => {
-      const reason = readCancelRequest(this.store, this.runId);
-      if (reason) this.stop(reason);
-    };
-    const watch = new DirWatch([this.paths.dir], (name) => name.startsWith('cancel-request'), check);
-    const poll = setInterval(check, 500);
-    const onSignal = () => this.stop('CANCELLED');
-    process.on('SIGTERM', onSignal);
-    process.on('SIGINT', onSignal);
-    process.on('SIGHUP', () => {});
-    check();
-    return () => {
-      watch.close();
-      clearInterval(poll);
-      process.off('SIGTERM', onSignal);
-      process.off('SIGINT', onSignal);
-    };
+    return watchForCancel({ store: this.store, runId: this.runId, onStop: (reason) => this.stop(reason), processSignals: this.host.processSignals });
   }
 
   /** Every process of the run's group or carrying its token, except the runner itself: SIGTERM → grace → SIGKILL. */
@@ -476,7 +421,7 @@ class Executor {
     // The end is published (fsynced) and the ledger returned: what is left (returning the run lock, the last event,
     // exiting) is bookkeeping, while the processes this write wakes (a long-poll's server and its client) answer on
     // the same cores. A runner whose ledger release failed keeps its priority: it retries that, and launches wait on it.
-    if (this.ledgerReturned) try { os.setPriority(19); } catch { /* not permitted: no matter */ }
+    if (this.ledgerReturned && this.host.processSignals) try { os.setPriority(19); } catch { /* not permitted: no matter */ }
   }
 
   /** What this runner's end did: whether it recorded it, and whether the run's ledger entries went back. */
