@@ -19,6 +19,7 @@ import {
 import { SubagentError, type RunErrorCode } from '../errors.js';
 import { MAIN_JS } from '../paths.js';
 import { watchForCancel } from './cancel-watch.js';
+import { runMembers } from './group-scheduler.js';
 import { isNestedRunner, settleChildren } from './children.js';
 import { NO_TEXT, once, publishRunOutput, readStepText, substitute, type StepText } from './step-text.js';
 import { runAgentProcess } from './agent-process.js';
@@ -234,22 +235,14 @@ class Executor {
     const groupAbort = new AbortController();
     const onRunAbort = () => groupAbort.abort();
     this.abort.signal.addEventListener('abort', onRunAbort, { once: true });
-    const queue = spec.members.map((_, j) => j);
-    const outcomes: Array<StepOutcome | null> = spec.members.map(() => null);
-    let stopLaunching = false;
-    const worker = async () => {
-      while (queue.length && !stopLaunching && !groupAbort.signal.aborted) {
-        const j = queue.shift()!;
-        const m = spec.members[j]!;
-        const o = await this.runAgent(members[j]!, m, substitute(m.task, previous), groupAbort.signal);
-        outcomes[j] = o;
-        if (!o.ok && spec.failFast) {
-          stopLaunching = true;
-          groupAbort.abort(); // running siblings are cancelled, unstarted ones skipped
-        }
-      }
-    };
-    await Promise.all(Array.from({ length: Math.min(spec.concurrency, spec.members.length) }, worker));
+    const outcomes = await runMembers(spec.members.length, spec.concurrency, groupAbort.signal, (j) => {
+      const m = spec.members[j]!;
+      return this.runAgent(members[j]!, m, substitute(m.task, previous), groupAbort.signal);
+    }, (o) => {
+      if (o.ok || !spec.failFast) return false;
+      groupAbort.abort(); // running siblings are cancelled, unstarted ones skipped
+      return true;
+    });
     this.abort.signal.removeEventListener('abort', onRunAbort);
     for (const m of members) if (m.state === 'pending') m.state = 'skipped';
     const failed = members.filter((m) => m.state === 'failed');
