@@ -1,5 +1,5 @@
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
-import { readJsonFile } from '../store/json-file.js';
+import { ReadyFile, readStateFile } from '../store/state-files.js';
 import type { Ledger } from '../store/ledger.js';
 import type { RunStore } from '../store/run-store.js';
 import { isTerminalRun, type RunRecord, type RunStatus } from '../store/run-types.js';
@@ -33,7 +33,7 @@ export function safeRecord(store: RunStore, runId: string): RunRecord | null {
 
 /** The runner's identity as it reported it in the handshake (before status names it). */
 export function readyIdentity(store: RunStore, runId: string): ProcessIdentity | null {
-  try { return readJsonFile<ProcessIdentity>(store.paths(runId).ready); } catch { return null; }
+  try { return readStateFile<ProcessIdentity>(store.paths(runId).ready, ReadyFile); } catch { return null; }
 }
 
 /**

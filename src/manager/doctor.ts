@@ -6,7 +6,6 @@ import { BACKENDS, type Backend } from '../agents/types.js';
 import { flagName, type Settings } from '../config.js';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { readEvents } from '../store/event-log.js';
-import { readJsonFile } from '../store/json-file.js';
 import { readLedger } from '../lifecycle/ledger.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { SessionRegistry } from '../store/session-registry.js';
@@ -16,6 +15,7 @@ import { loadFullCatalog } from './agent-resolver.js';
 import type { ManagerContext } from './context.js';
 import { listAll } from './listing.js';
 import { diskBytes } from './gc.js';
+import { ReadyFile, readStateFile } from '../store/state-files.js';
 
 /**
  * `doctor`: everything a person needs to trust and debug this machine's setup, read-only (it reconciles nothing,
@@ -111,7 +111,7 @@ function runsNeedingAttention(ctx: ManagerContext): DoctorReport['attention'] {
     }
     if (s.state === 'starting') {
       const rec = ctx.store.readRecord(m.runId);
-      const ready = readJsonFile<ProcessIdentity>(ctx.store.paths(m.runId).ready);
+      const ready = readStateFile<ProcessIdentity>(ctx.store.paths(m.runId).ready, ReadyFile);
       if (rec && !isAlive(rec.server) && !(ready && isAlive(ready))) {
         out.push({ runId: m.runId, state: s.state, problem: 'its launching server is gone before the start; the next listing records it failed/HANDSHAKE_FAILED' });
       } else if (rec && now - Date.parse(rec.createdAt) > rec.handshakeTimeoutMs * 3) {

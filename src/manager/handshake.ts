@@ -3,7 +3,7 @@ import { SubagentError } from '../errors.js';
 import { isAlive, readIdentity, type ProcessIdentity } from '../process/identity.js';
 import type { DetachedChild } from '../process/spawn-detached.js';
 import { writeNewFile } from '../store/atomic-write.js';
-import { readJsonFile } from '../store/json-file.js';
+import { ReadyFile, readStateFile, RunStatusFile } from '../store/state-files.js';
 import type { RunPaths } from '../store/layout.js';
 import type { RunStatus } from '../store/run-types.js';
 import { waitUntil } from '../wait.js';
@@ -65,7 +65,7 @@ async function waitFor<T>(o: WaitOptions, phase: HandshakePhase, file: string, r
 
 /** Phase `spawn`→`ready`: the runner proves who it is (pid and start time of the process we started). */
 export async function awaitReady(o: WaitOptions): Promise<ProcessIdentity> {
-  const ready = await waitFor(o, 'spawn', o.paths.ready, () => readJsonFile<{ pid: number; startTime: string }>(o.paths.ready));
+  const ready = await waitFor(o, 'spawn', o.paths.ready, () => readStateFile<{ pid: number; startTime: string }>(o.paths.ready, ReadyFile));
   if (ready.pid !== o.child.pid) {
     throw new HandshakeFailure('ready', 'the ready report names another process than the runner that was started', null);
   }
@@ -88,7 +88,7 @@ export async function proceedAndAwaitStart(o: WaitOptions, runner: ProcessIdenti
     if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e; // already said: the runner goes on all the same
   }
   return waitFor(o, 'proceed', o.paths.status, () => {
-    const s = readJsonFile<RunStatus>(o.paths.status);
+    const s = readStateFile<RunStatus>(o.paths.status, RunStatusFile);
     if (!s || s.state === 'starting') {
       if (!isAlive(runner)) throw new Error('runner gone');
       return null;

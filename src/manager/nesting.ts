@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import { isRunId } from '../ids.js';
 import type { Layout } from '../store/layout.js';
-import { readJsonFile } from '../store/json-file.js';
+import { ChildMarkerFile, readStateFile, RunRecordFile } from '../store/state-files.js';
 import { RunStore } from '../store/run-store.js';
 import { isTerminalRun, type RunRecord } from '../store/run-types.js';
 
@@ -34,8 +34,8 @@ export function checkNesting(layout: Layout, parentRunId: string, secretHash: st
     const store = new RunStore(layout);
     const paths = store.paths(parentRunId);
     if (!fs.existsSync(paths.budgetFile(secretHash))) return null;
-    const grant = readJsonFile<{ stepKey: string }>(paths.budgetFile(secretHash));
-    const record = readJsonFile<RunRecord>(paths.record);
+    const grant = readStateFile<{ stepKey: string }>(paths.budgetFile(secretHash), ChildMarkerFile);
+    const record = readStateFile<RunRecord>(paths.record, RunRecordFile);
     const status = store.readStatus(parentRunId);
     if (!grant || !record || !status || isTerminalRun(status.state)) return null;
     const step = findStep(status.steps, grant.stepKey);

@@ -4,7 +4,7 @@ import { readTail } from '../store/text-tail.js';
 import { requestCancel, readCancelRequest } from '../lifecycle/cancel-request.js';
 import { endRun } from '../lifecycle/run-lifecycle.js';
 import { removeStaleTemps } from '../store/atomic-write.js';
-import { readJsonFile } from '../store/json-file.js';
+import { ReadyFile, readStateFile } from '../store/state-files.js';
 import { isTerminalRun } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';
 
@@ -43,7 +43,7 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
   const paths = ctx.store.paths(runId);
   if (status.state === 'starting') {
     if (isAlive(record.server)) return; // its launcher is still handshaking (and will record any failure itself)
-    const ready = readJsonFile<ProcessIdentity>(paths.ready);
+    const ready = readStateFile<ProcessIdentity>(paths.ready, ReadyFile);
     if (ready && isAlive(ready)) {
       // It may be just claiming the start; if it wins the lock, the run is live and the CAS below does nothing.
       await new Promise((r) => setTimeout(r, 50));
@@ -57,7 +57,7 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
     });
     // Re-read: a runner that reported ready after our first look checks status only after writing ready.json, so
     // either it sees the run ended and exits, or we see its report here and stop it.
-    const readyNow = ready ?? readJsonFile<ProcessIdentity>(paths.ready);
+    const readyNow = ready ?? readStateFile<ProcessIdentity>(paths.ready, ReadyFile);
     if (after.state === 'failed' && readyNow && isAlive(readyNow)) {
       await terminateProcesses(() => findRunProcesses({ pgids: runnerGroups(readyNow) }), 0);
     }

@@ -1,5 +1,5 @@
 import { writeFileAtomicAsync } from './atomic-write.js';
-import { readJsonFile } from './json-file.js';
+import { LedgerFile, readStateFile } from './state-files.js';
 import type { Layout } from './layout.js';
 import { withLock } from './lock.js';
 import type { ProcessIdentity } from '../process/identity.js';
@@ -115,7 +115,7 @@ async function applyAll(file: string, batch: PendingChange[], rebuild: LedgerReb
   let ledger: Ledger;
   let before = '';
   try {
-    ledger = readJsonFile<Ledger>(file, 'ledger.json') ?? empty();
+    ledger = readStateFile<Ledger>(file, LedgerFile, 'ledger.json') ?? empty();
     before = JSON.stringify(ledger);
   } catch {
     ledger = rebuild(file);
@@ -142,7 +142,7 @@ async function applyAll(file: string, batch: PendingChange[], rebuild: LedgerReb
 /** A lock-free read that never rebuilds: null for a damaged ledger (the next section under the lock rebuilds it). */
 export function peekLedger(layout: Layout): Ledger | null {
   try {
-    return readJsonFile<Ledger>(layout.ledgerFile, 'ledger.json') ?? empty();
+    return readStateFile<Ledger>(layout.ledgerFile, LedgerFile, 'ledger.json') ?? empty();
   } catch {
     return null;
   }
