@@ -1,5 +1,5 @@
-import { writeFileAtomicAsync } from './atomic-write.js';
-import { LedgerFile, readStateFile } from './state-files.js';
+import { Low } from 'lowdb';
+import { LedgerFile, readStateFile, StateFileAdapter } from './state-files.js';
 import type { Layout } from './layout.js';
 import { withLock } from './lock.js';
 import type { ProcessIdentity } from '../process/identity.js';
@@ -112,16 +112,19 @@ async function drain(file: string, rebuild: LedgerRebuild): Promise<void> {
 }
 
 async function applyAll(file: string, batch: PendingChange[], rebuild: LedgerRebuild): Promise<Array<{ ok: true; value: unknown } | { ok: false; error: unknown }>> {
-  let ledger: Ledger;
+  let durable = false;
+  // A lowdb document over ledger.json: read through its schema, written by the atomic writer (we hold its lock).
+  const doc = new Low<Ledger>(new StateFileAdapter<Ledger>(file, LedgerFile, 'ledger.json', () => ({ durable })), empty());
   let before = '';
   try {
-    ledger = readStateFile<Ledger>(file, LedgerFile, 'ledger.json') ?? empty();
-    before = JSON.stringify(ledger);
+    await doc.read();
+    before = JSON.stringify(doc.data);
   } catch {
-    ledger = rebuild(file);
+    doc.data = rebuild(file);
   }
+  let ledger = doc.data;
   let current = JSON.stringify(ledger); // differs from `before` only for a rebuilt ledger: it is written back
-  let durable = current !== before;
+  durable = current !== before;
   const outcomes = batch.map((c) => {
     try {
       const value = c.fn(ledger);
@@ -135,7 +138,10 @@ async function applyAll(file: string, batch: PendingChange[], rebuild: LedgerReb
   });
   // A failed write throws out of the section: no change of the batch is acknowledged. Its fsyncs are on the thread
   // pool: the lock is held meanwhile, this process's event loop is not (and what arrives meanwhile is the next batch).
-  if (current !== before) await writeFileAtomicAsync(file, current, { durable });
+  if (current !== before) {
+    doc.data = ledger;
+    await doc.write();
+  }
   return outcomes;
 }
 

@@ -1,5 +1,7 @@
+import type { Adapter } from 'lowdb';
 import * as z from 'zod/mini';
 import { SubagentError } from '../errors.js';
+import { writeFileAtomicAsync, type AtomicWriteOptions } from './atomic-write.js';
 import { readJsonFile } from './json-file.js';
 
 /**
@@ -98,4 +100,26 @@ export function readStateFile<T>(file: string, kind: z.ZodMiniType, label = file
   if (r.success) return value as T;
   const where = r.error.issues[0]?.path.join('.') || 'the top level';
   throw new SubagentError('STATE_CORRUPT', `${label} parses but is not what it should be (${where} is wrong); the file is damaged. Other runs are unaffected; inspect or remove it.`);
+}
+
+/**
+ * lowdb's adapter for a state file: `read` goes through the file's schema (`readStateFile`), `write` through the atomic,
+ * fsynced, no-follow writer. lowdb's own file adapters are not safe across processes; this one is only used by a
+ * holder of the file's lock (the ledger's, for `ledger.json`). `options` is asked at each write (durable or not).
+ */
+export class StateFileAdapter<T> implements Adapter<T> {
+  constructor(
+    private readonly file: string,
+    private readonly kind: z.ZodMiniType,
+    private readonly label: string,
+    private readonly options: () => AtomicWriteOptions = () => ({}),
+  ) {}
+
+  async read(): Promise<T | null> {
+    return readStateFile<T>(this.file, this.kind, this.label);
+  }
+
+  async write(data: T): Promise<void> {
+    await writeFileAtomicAsync(this.file, JSON.stringify(data), this.options());
+  }
 }
