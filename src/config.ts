@@ -21,6 +21,10 @@ export interface Settings {
   passEnv: string[];
   maxWaitMs: number;
   handshakeTimeoutMs: number;
+  /** Queued top-level launches per state home (docs/limits.md, "The queue"); a launch past it is refused. */
+  maxQueued: number;
+  /** How long a queued run waits for a slot before it ends failed/QUEUE_TIMEOUT, when the launch names none. */
+  queueTimeoutMs: number;
   /** Bytes of one step's output kept on disk; the rest is counted, not stored. */
   maxOutputBytes: number;
   bins: Record<string, string>;
@@ -42,6 +46,8 @@ const NUMBERS: NumberSetting[] = [
   { key: 'killGraceMs', env: 'SUBAGENTS_KILL_GRACE_MS', def: 5_000, min: 0, max: 600_000 },
   { key: 'maxWaitMs', env: 'SUBAGENTS_MAX_WAIT_MS', def: 45_000, min: 0, max: 3_600_000 },
   { key: 'handshakeTimeoutMs', env: 'SUBAGENTS_HANDSHAKE_TIMEOUT_MS', def: 10_000, min: 100, max: 600_000 },
+  { key: 'maxQueued', env: 'SUBAGENTS_MAX_QUEUED', def: 64, min: 0 },
+  { key: 'queueTimeoutMs', env: 'SUBAGENTS_QUEUE_TIMEOUT_MS', def: 3_600_000, min: 100 },
   { key: 'maxOutputBytes', env: 'SUBAGENTS_MAX_OUTPUT_BYTES', def: 64 * 1024 * 1024, min: 1024 },
 ];
 
@@ -108,6 +114,7 @@ export function loadSettings(env: NodeJS.ProcessEnv, flags: Record<string, strin
     sources,
   };
   if (settings.defaultTimeoutMs > settings.maxTimeoutMs) settings.defaultTimeoutMs = settings.maxTimeoutMs;
+  if (settings.queueTimeoutMs > settings.maxTimeoutMs) settings.queueTimeoutMs = settings.maxTimeoutMs;
   for (const [k, v] of Object.entries(env)) {
     const m = /^SUBAGENTS_BIN_([A-Z]+)$/.exec(k);
     if (m && v) settings.bins[m[1]!.toLowerCase()] = v;

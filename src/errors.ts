@@ -7,7 +7,7 @@ export const ERROR_CODES = [
 export type ErrorCode = (typeof ERROR_CODES)[number];
 
 /** Codes a run that ended badly carries in its `error`. */
-export const RUN_ERROR_CODES = ['STEP_FAILED', 'TIMEOUT', 'CANCELLED', 'PARENT_ENDED', 'RUNNER_LOST', 'HANDSHAKE_FAILED'] as const;
+export const RUN_ERROR_CODES = ['STEP_FAILED', 'TIMEOUT', 'CANCELLED', 'PARENT_ENDED', 'RUNNER_LOST', 'HANDSHAKE_FAILED', 'QUEUE_TIMEOUT'] as const;
 export type RunErrorCode = (typeof RUN_ERROR_CODES)[number];
 
 /**

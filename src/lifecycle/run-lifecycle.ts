@@ -12,6 +12,7 @@ import { treeIsLive } from './run-tree.js';
  * `running`, and it ends `completed`, `failed` or `cancelled`. A terminal state never changes again.
  */
 export const RUN_TRANSITIONS: Readonly<Record<RunState, readonly RunState[]>> = {
+  queued: ['starting', 'failed', 'cancelled'],
   starting: ['running', 'failed', 'cancelled'],
   running: ['completed', 'failed', 'cancelled'],
   completed: [],
@@ -147,6 +148,7 @@ export async function returnRunLedger(on: RunEnder, run: EndingRun, status: RunS
  */
 export function returnRunLocked(l: Ledger, store: RunStore, run: EndingRun, unstarted: number): void {
   for (const key of Object.keys(l.agents)) if (key.startsWith(`${run.runId}:`)) delete l.agents[key];
+  if (l.queue) delete l.queue[run.runId];
   const tree = l.trees[run.rootRunId];
   if (tree && unstarted > 0) tree.used = Math.max(0, tree.used - unstarted);
   if (run.depth === 0 && !treeIsLive(l, store, run.runId)) {

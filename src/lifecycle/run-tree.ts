@@ -47,6 +47,7 @@ export function runMayBeLive(store: RunStore, runId: string): boolean {
   if (status && isTerminalRun(status.state)) return false;
   if (isAlive(status?.runner) || isAlive(readyIdentity(store, runId))) return true;
   if (status && status.state !== 'starting') return false;
+  if (status?.launcher) return isAlive(status.launcher); // a queued run being handed its slot
   const record = safeRecord(store, runId);
   return record !== null && isAlive(record.server);
 }

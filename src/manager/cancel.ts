@@ -8,6 +8,8 @@ import type { ManagerContext } from './context.js';
 import { requireVisible } from './listing.js';
 import { reconcileRun } from './reconcile.js';
 import { freshStatus } from './run-status.js';
+import { endQueued } from '../lifecycle/queue.js';
+import { serveQueue } from './queue.js';
 
 export interface CancelResult {
   runId: string;
@@ -27,6 +29,11 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?: (elapsedMs: number) => void): Promise<CancelResult> {
   requireVisible(ctx, runId);
   let s = await freshStatus(ctx, runId);
+  // A queued run ends at once, its claims returned (docs/limits.md, "The queue"); so does one whose hand-off died
+  // before its runner started. One a live process is starting is cancelled like any run, through its runner.
+  if (s.state === 'queued' || (s.state === 'starting' && s.attempt !== undefined && !isAlive(s.launcher))) {
+    s = (await endQueued(ctx, runId, 'CANCELLED')) ?? s;
+  }
   if (!isTerminalRun(s.state)) {
     const paths = ctx.store.paths(runId);
     requestCancel(ctx.store, runId, 'CANCELLED', ctx.sessionId);
@@ -63,5 +70,6 @@ export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?:
       while (isAlive(runner) && performance.now() < exitBy) await sleep(20);
     }
   }
+  void serveQueue(ctx); // a slot this cancel freed (or that a lost runner held) goes to the queue's head
   return { runId, state: s.state, error: s.error, survivors: s.survivors.map((p) => p.pid) };
 }

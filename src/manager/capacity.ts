@@ -7,6 +7,7 @@ import { peekLedger, type Ledger } from '../store/ledger.js';
 import type { RunStore } from '../store/run-store.js';
 import { returnRunLocked } from '../lifecycle/run-lifecycle.js';
 import { treeIsLive } from '../lifecycle/run-tree.js';
+import { queuePosition, waitingCount, waitingLength } from '../lifecycle/queue.js';
 import type { ManagerContext } from './context.js';
 
 /** When this process first saw each unbound reservation (monotonic clock: wall-clock jumps change nothing). */
@@ -39,7 +40,7 @@ export function pruneRoots(l: Ledger, handshakeTimeoutMs: number, store: RunStor
     }
   }
   for (const root of Object.keys(l.trees)) {
-    if (!l.roots[root]) delete l.trees[root];
+    if (!l.roots[root] && !l.queue?.[root]) delete l.trees[root]; // a queued run's tree holds its claims from acceptance
   }
   for (const runId of firstSeenUnbound.keys()) if (!l.roots[runId]) firstSeenUnbound.delete(runId);
 }
@@ -84,6 +85,11 @@ export async function reserve(ctx: ManagerContext, req: ReserveRequest): Promise
       const active = Object.keys(l.roots).length;
       if (limit > 0 && active >= limit) {
         throw new SubagentError('CAPACITY_EXHAUSTED', `${active} of ${limit} active runs`);
+      }
+      // A slot that is free while runs wait in the queue is theirs (a hand-off is on its way): no overtaking.
+      const waiting = waitingCount(l);
+      if (limit > 0 && waiting > 0) {
+        throw new SubagentError('CAPACITY_EXHAUSTED', `${active} of ${limit} active runs and ${waiting} launches waiting in the queue`);
       }
       tree = { used: 0, limit: req.treeLimits.maxSpawns, maxDepth: req.treeLimits.maxDepth };
     }
@@ -158,10 +164,15 @@ export function refusalWithoutLock(ctx: ManagerContext): string | null {
   return `${roots.length} of ${limit} active runs`;
 }
 
-/** A lock-free snapshot, for listings. */
-export function capacitySnapshot(ctx: ManagerContext): { active: number; limit: number } {
+/** A lock-free snapshot, for listings: active slots, their limit, and the launches waiting in the queue. */
+export function capacitySnapshot(ctx: ManagerContext): { active: number; limit: number; queued: number } {
   const l = readLedger(ctx.layout);
-  return { active: Object.keys(l.roots).length, limit: ctx.settings.maxActiveRuns };
+  return { active: Object.keys(l.roots).length, limit: ctx.settings.maxActiveRuns, queued: waitingLength(l) };
+}
+
+/** A queued run's place in the queue, from a lock-free read; null once it has left the queue. */
+export function queueSnapshot(ctx: ManagerContext, runId: string): { position: number; length: number } | null {
+  return queuePosition(readLedger(ctx.layout), runId);
 }
 
 /** The live budget of a tree, or null once the tree has ended (callers then count the agents that started). */

@@ -69,6 +69,8 @@ function settingRows(s: Settings): DoctorReport['settings'] {
   add('SUBAGENTS_PASS_ENV', 'passEnv', s.passEnv.join(' '));
   add('SUBAGENTS_MAX_WAIT_MS', 'maxWaitMs', String(s.maxWaitMs));
   add('SUBAGENTS_HANDSHAKE_TIMEOUT_MS', 'handshakeTimeoutMs', String(s.handshakeTimeoutMs));
+  add('SUBAGENTS_MAX_QUEUED', 'maxQueued', String(s.maxQueued));
+  add('SUBAGENTS_QUEUE_TIMEOUT_MS', 'queueTimeoutMs', String(s.queueTimeoutMs));
   add('SUBAGENTS_MAX_OUTPUT_BYTES', 'maxOutputBytes', String(s.maxOutputBytes));
   for (const [b, bin] of Object.entries(s.bins)) rows.push({ env: `SUBAGENTS_BIN_${b.toUpperCase()}`, flag: '-', value: bin, source: 'env' });
   return rows;

@@ -13,13 +13,17 @@ import { newStepStatus } from '../store/step-status.js';
 import type { PreparedRun, PublishedRun } from '../store/run-store.js';
 import { firstStepWidth, type AgentTaskSpec, type RunMode, type RunRecord, type RunStatus, type StepSpec } from '../store/run-types.js';
 import { CATALOG_SNAPSHOT_NAME, catalogFor, catalogSnapshotJson, freezeAgent } from './agent-resolver.js';
-import { bindReservation, refusalWithoutLock, releaseReservation, reserve, type Reservation } from './capacity.js';
+import { bindReservation, pruneRoots, refusalWithoutLock, releaseReservation, reserve, type Reservation } from './capacity.js';
 import { RUNNER_MAIN, type ManagerContext } from './context.js';
-import { awaitReady, handshakeError, HandshakeFailure, proceedAndAwaitStart, type HandshakePhase } from './handshake.js';
+import { awaitReady, handshakeError, HandshakeFailure, proceedAndAwaitStart, type HandshakePhase } from '../lifecycle/handshake.js';
 import { checkNesting } from './nesting.js';
 import { resolveRunCwd } from './roots.js';
 import { indexRun, ownActiveRuns } from './listing.js';
 import { originalUmask } from './original-umask.js';
+import { enqueueLocked, QUEUED_LAUNCH_FILE, type QueuedLaunch } from '../lifecycle/queue.js';
+import { withLedger } from '../lifecycle/ledger.js';
+import { pruneAgentSlots } from '../lifecycle/agent-slots.js';
+import { serveQueue } from './queue.js';
 
 export interface AgentTaskInput { agent: string; task: string }
 export interface GroupInput { parallel: AgentTaskInput[]; concurrency?: number; failFast?: boolean }
@@ -31,6 +35,9 @@ export type LaunchInput = {
   timeoutMs?: number;
   label?: string;
   model?: string;
+  /** false: refuse CAPACITY_EXHAUSTED at a full home instead of queueing (docs/limits.md, "The queue"). */
+  queue?: boolean;
+  queueTimeoutMs?: number;
 } & (
   | { mode: 'single'; step: AgentTaskInput }
   | { mode: 'parallel'; group: GroupInput }
@@ -45,6 +52,8 @@ export interface LaunchResult {
   steps: Array<{ index: number; agent: string; state: string }>;
   fanout: Reservation['fanout'];
   capacity: Reservation['capacity'];
+  /** Only for a queued launch: its 1-based place in the queue and the queue's length. */
+  queue?: { position: number; length: number };
 }
 
 export const DEFAULT_CONCURRENCY = 4;
@@ -99,6 +108,9 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   if (input.timeoutMs !== undefined && input.timeoutMs > settings.maxTimeoutMs) {
     throw new SubagentError('INVALID_INPUT', `timeoutMs ${input.timeoutMs} is above the maximum of ${settings.maxTimeoutMs} ms (SUBAGENTS_MAX_TIMEOUT_MS).`);
   }
+  if (input.queueTimeoutMs !== undefined && input.queueTimeoutMs > settings.maxTimeoutMs) {
+    throw new SubagentError('INVALID_INPUT', `queueTimeoutMs ${input.queueTimeoutMs} is above the maximum of ${settings.maxTimeoutMs} ms (SUBAGENTS_MAX_TIMEOUT_MS).`);
+  }
   // Nested: the secret must still be valid now (its step may have ended since this server started).
   const nesting = ctx.nesting ? checkNesting(ctx.layout, ctx.nesting.parentRunId, ctx.nesting.secretHash) : null;
   if (ctx.nesting && !nesting) throw new SubagentError('RUN_NOT_ACTIVE', 'the step that started this server has ended; nothing can be launched from it any more.');
@@ -110,6 +122,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     throw new SubagentError('DEPTH_EXCEEDED', `this run tree allows agents to depth ${limits.maxDepth} and a launch from here would start agents at depth ${depth + 1}; do the work in this agent instead of delegating.`);
   }
 
+  if (!nesting) void serveQueue(ctx); // any launch repairs the queue (a hand-off whose process died)
   const cwd = parentRecord && input.cwd === undefined ? parentRecord.cwd : resolveRunCwd(ctx, input.cwd);
   const catalog = await catalogFor(ctx);
   const entries: ChainEntryInput[] = input.mode === 'single' ? [input.step] : input.mode === 'parallel' ? [input.group] : input.chain;
@@ -139,8 +152,14 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   const nested = nesting ? { rootRunId, agentSlots: firstStepWidth(steps), maxAgents: parentRecord?.maxAgents ?? settings.maxAgents } : null;
   // A full home whose every slot is provably held refuses before the lock and before any write (refusals are cheap,
   // and they no longer queue ahead of the launches that can be admitted).
+  // Nested launches are never queued: they are charged to agent slots and the tree's budget, which refuse instead.
+  const queueing = !nesting && input.queue !== false && settings.maxActiveRuns > 0;
+  const queued = () => enqueueLaunch(ctx, { record, status, catalog, steps, paths, envFor: input.mode === 'chain' ? [...catalog.values()] : null, queueTimeoutMs: input.queueTimeoutMs ?? settings.queueTimeoutMs });
   const refusal = nesting ? null : refusalWithoutLock(ctx);
-  if (refusal) throw capacityRefusal(ctx, refusal);
+  if (refusal) {
+    if (queueing) return queued();
+    throw capacityRefusal(ctx, refusal);
+  }
   // Reserved first (docs/contract.md, "Run states"). While the reservation's ledger write is on the disk, this thread writes the run's
   // directory under a hidden name: nothing sees it until it is published, after the reservation holds.
   const reserving = reserve(ctx, { runId, claims: paths.length, claimPaths: paths, nested, treeLimits: limits });
@@ -158,7 +177,10 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     testFault(ctx, 'server-after-reserve');
   } catch (e) {
     if (prepared) ctx.store.discard(prepared);
-    if (e instanceof SubagentError && e.code === 'CAPACITY_EXHAUSTED' && !nesting) throw capacityRefusal(ctx, e.message);
+    if (e instanceof SubagentError && e.code === 'CAPACITY_EXHAUSTED' && !nesting) {
+      if (queueing) return queued();
+      throw capacityRefusal(ctx, e.message);
+    }
     throw e;
   }
 
@@ -222,11 +244,82 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   return result(ctx, started, input.mode, reservation);
 }
 
-function result(ctx: ManagerContext, s: RunStatus, mode: RunMode, r: Reservation): LaunchResult {
-  const runId = s.runId;
-  const steps = mode === 'parallel'
+interface QueuedLaunchInput {
+  record: RunRecord;
+  status: RunStatus;
+  catalog: Map<string, AgentDefinition>;
+  steps: StepSpec[];
+  paths: string[];
+  envFor: AgentDefinition[] | null;
+  queueTimeoutMs: number;
+}
+
+/**
+ * A launch at a full home, accepted into the queue (docs/limits.md, "The queue"): the run's directory is written and
+ * fsynced as `queued` with what a hand-off needs to start its runner (`queued.json`: the runner's entry and the
+ * environment this server would give it), then its entry is added to the ledger's queue with its tree's fan-out
+ * claimed — the acknowledgement. A refusal there (the queue is full, the budget too small) removes the directory.
+ */
+async function enqueueLaunch(ctx: ManagerContext, q: QueuedLaunchInput): Promise<LaunchResult> {
+  const { settings } = ctx;
+  const { record, steps } = q;
+  const runId = record.runId;
+  const status: RunStatus = { ...q.status, state: 'queued' };
+  const launchFile: QueuedLaunch = { runnerMain: RUNNER_MAIN, env: runnerEnv(ctx, steps, treePassEnv(ctx, null), q.envFor) };
+  let created: PublishedRun;
+  try {
+    const prepared = ctx.store.prepare(record, status, {
+      [CATALOG_SNAPSHOT_NAME]: catalogSnapshotJson(ctx, q.catalog),
+      [QUEUED_LAUNCH_FILE]: JSON.stringify(launchFile),
+    });
+    const indexed = indexRun(ctx.layout, [ctx.sessionId], runId);
+    indexed.catch(() => {});
+    created = await ctx.store.publish(prepared, indexed);
+    await created.durable;
+  } catch (e) {
+    removeQuietly(ctx.store.layout.runDir(runId));
+    if (e instanceof SubagentError) throw e;
+    throw new SubagentError('INTERNAL', `could not write the run record (${(e as NodeJS.ErrnoException).code ?? 'I/O error'}) in the state home; nothing was queued. Check free space and permissions of ${settings.home}.`);
+  }
+  let accepted: { position: number; length: number; active: number };
+  try {
+    accepted = await withLedger(ctx.layout, (l) => {
+      pruneAgentSlots(l);
+      pruneRoots(l, settings.handshakeTimeoutMs, ctx.store);
+      const pos = enqueueLocked(l, {
+        runId, sessionId: ctx.sessionId, deadline: Date.now() + q.queueTimeoutMs, limit: settings.maxActiveRuns,
+        claims: q.paths.length, claimPaths: q.paths, treeLimits: record.limits, maxQueued: settings.maxQueued,
+        handshakeMs: record.handshakeTimeoutMs,
+      });
+      return { ...pos, active: Object.keys(l.roots).length };
+    });
+  } catch (e) {
+    removeQuietly(ctx.store.layout.runDir(runId));
+    if (e instanceof SubagentError && e.code === 'CAPACITY_EXHAUSTED') throw capacityRefusal(ctx, e.message);
+    throw e;
+  }
+  testFault(ctx, 'server-after-enqueue');
+  ctx.store.event(runId, { type: 'queued', position: accepted.position });
+  // A slot may have come free since the launch found none: the queue's head (perhaps this run) gets it now.
+  void serveQueue(ctx);
+  const r: LaunchResult = {
+    runId, sessionId: ctx.sessionId, state: 'queued', mode: record.mode, steps: stepsOf(status, record.mode),
+    fanout: { used: q.paths.length, limit: record.limits.maxSpawns, remaining: record.limits.maxSpawns - q.paths.length },
+    capacity: { active: accepted.active, limit: settings.maxActiveRuns },
+    queue: { position: accepted.position, length: accepted.length },
+  };
+  return r;
+}
+
+function stepsOf(s: RunStatus, mode: RunMode): LaunchResult['steps'] {
+  return mode === 'parallel'
     ? (s.steps[0]!.members ?? []).map((m) => ({ index: m.index, agent: m.agent, state: m.state }))
     : s.steps.map((st) => ({ index: st.index, agent: st.agent, state: st.state }));
+}
+
+function result(ctx: ManagerContext, s: RunStatus, mode: RunMode, r: Reservation): LaunchResult {
+  const runId = s.runId;
+  const steps = stepsOf(s, mode);
   return { runId, sessionId: ctx.sessionId, state: s.state, mode, steps, fanout: r.fanout, capacity: r.capacity };
 }
 

@@ -38,6 +38,9 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
   // The common case, first and cheapest (a /proc read): a running run whose runner lives needs nothing, not even its
   // record read (every status call and every watcher scan of an active run comes here).
   if (status.state !== 'starting' && isAlive(status.runner)) return;
+  // A queued run has no runner to lose; one being handed a slot is the queue's to repair (docs/limits.md, "The queue"):
+  // a dead hand-off leaves its entry for the next server's launch, listing or sweep, which starts it again.
+  if (status.state === 'queued' || (status.state === 'starting' && status.attempt !== undefined)) return;
   const record = ctx.store.readRecord(runId);
   if (!record) return;
   const paths = ctx.store.paths(runId);

@@ -3,6 +3,17 @@ import { watchRunDirs } from './run-files.js';
 import type { DirWatch } from '../wait.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { capacitySnapshot } from './capacity.js';
+import { readLedger } from '../lifecycle/ledger.js';
+import { queuePosition } from '../lifecycle/queue.js';
+import { serveQueue } from './queue.js';
+
+/**
+ * Repairs the queue before an answer, waiting at most a moment: a hand-off's handshake takes tens of ms, and the
+ * answer need not wait for it (its state change wakes a waiting status anyway).
+ */
+async function serveQueueQuickly(ctx: ManagerContext): Promise<void> {
+  await Promise.race([serveQueue(ctx), new Promise((r) => setTimeout(r, 0))]);
+}
 import type { ManagerContext } from './context.js';
 import { listVisibleRuns, requireVisible, type RunMeta } from './listing.js';
 import { reconcileRun, reconcileSettled } from './reconcile.js';
@@ -20,7 +31,7 @@ export interface WaitInfo { waitedMs: number; changed: boolean }
 
 export type StatusAnswer =
   | ({ kind: 'run' } & RunView & Partial<WaitInfo>)
-  | ({ kind: 'list'; sessionId: string; runs: RunSummary[]; omitted?: number; capacity: { active: number; limit: number } } & Partial<WaitInfo>);
+  | ({ kind: 'list'; sessionId: string; runs: RunSummary[]; omitted?: number; capacity: { active: number; limit: number; queued: number } } & Partial<WaitInfo>);
 
 /** Runs a list answer carries inline (a summary is ~400 bytes: well under the 256 KiB inline cap). */
 export const LIST_MAX_RUNS = 200;
@@ -121,6 +132,9 @@ async function waitUntil(dirs: string[], waitMs: number, signal: AbortSignal, ch
 
 export async function getStatus(ctx: ManagerContext, q: StatusQuery, o: { signal: AbortSignal; onProgress?: (elapsedMs: number, message: string) => void }): Promise<StatusAnswer> {
   const waitMs = Math.min(q.waitMs ?? 0, ctx.settings.maxWaitMs);
+  // Every listing repairs the queue (a slot freed by a process that died before handing it over, a run past its
+  // queue timeout): docs/limits.md, "The queue".
+  await serveQueueQuickly(ctx);
   if (q.runId !== undefined) {
     const runId = q.runId;
     requireVisible(ctx, runId);
@@ -132,6 +146,7 @@ export async function getStatus(ctx: ManagerContext, q: StatusQuery, o: { signal
         ? { waitedMs: 0, changed: false }
         : await waitUntil([ctx.store.paths(runId).dir], waitMs, o.signal, async (cause) => {
           // A file event means a live writer: reconciling (a /proc look at the runner) is the poll's job.
+          if (cause === 'poll' && status.state === 'queued') await serveQueueQuickly(ctx);
           const s = cause === 'poll' ? await freshStatus(ctx, runId) : ctx.store.readStatus(runId);
           if (!s) return true; // gone: the read below says so
           // A terminal status is final (the first terminal state wins), so the answer renders the one seen here.
@@ -175,13 +190,19 @@ export async function getStatus(ctx: ManagerContext, q: StatusQuery, o: { signal
     }
   }
   const runs: RunSummary[] = [];
+  const ledger = readLedger(ctx.layout);
   // The newest runs inline, the rest counted: a session with thousands of runs must not answer with megabytes
   // (resources/list pages through all of them).
   const omitted = Math.max(0, metas.length - LIST_MAX_RUNS);
   for (const m of metas.slice(0, LIST_MAX_RUNS)) {
     let s: ListedStatus | null = null;
     try { s = await listedStatus(ctx, m.runId); } catch { s = null; }
-    runs.push(summarize(ctx, m.runId, s, dismissed.has(m.runId)));
+    const summary = summarize(ctx, m.runId, s, dismissed.has(m.runId));
+    if (summary.state === 'queued') {
+      const pos = queuePosition(ledger, m.runId);
+      if (pos) summary.queue = pos;
+    }
+    runs.push(summary);
   }
   return { kind: 'list', sessionId: ctx.sessionId, runs, ...(omitted ? { omitted } : {}), capacity: capacitySnapshot(ctx), ...(info ?? {}) };
 }

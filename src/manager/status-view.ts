@@ -4,7 +4,7 @@ import { readTail } from '../store/text-tail.js';
 import type { RunPaths } from '../store/layout.js';
 import { isTerminalRun, type AppendRecord, type RunRecord, type RunStatus, type StepSpec, type StepStatus } from '../store/run-types.js';
 import { newStepStatus } from '../store/step-status.js';
-import { fanoutSnapshot } from './capacity.js';
+import { fanoutSnapshot, queueSnapshot } from './capacity.js';
 import { descendants } from '../lifecycle/run-tree.js';
 import type { ManagerContext } from './context.js';
 import { isVisible, readMeta } from './listing.js';
@@ -55,6 +55,8 @@ export interface RunView {
   runnerPid: number | null;
   runnerLogTail?: string;
   survivors?: number[];
+  /** While queued: the run's 1-based place in the queue and the queue's length. */
+  queue?: { position: number; length: number };
 }
 
 export interface RunSummary {
@@ -69,6 +71,7 @@ export interface RunSummary {
   error: { code: string; message: string } | null;
   adopted: boolean;
   dismissed: boolean;
+  queue?: { position: number; length: number };
 }
 
 /**
@@ -177,6 +180,10 @@ export function renderRun(ctx: ManagerContext, record: RunRecord, status: RunSta
   };
   if (status.runnerLogTail) v.runnerLogTail = status.runnerLogTail;
   if (status.survivors.length) v.survivors = status.survivors.map((p) => p.pid);
+  if (status.state === 'queued') {
+    const q = queueSnapshot(ctx, record.runId);
+    if (q) v.queue = q;
+  }
   return v;
 }
 

@@ -1,6 +1,7 @@
 import { isTerminalRun } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';
 import { reconcileRun } from './reconcile.js';
+import { serveQueue } from './queue.js';
 
 /** How often a live server reconciles every run of the state home (docs/contract.md, "Run states"). */
 export const SWEEP_INTERVAL_MS = 30_000;
@@ -46,6 +47,8 @@ export class Sweeper {
           if (after && isTerminalRun(after)) { this.terminal.add(runId); reconciled++; }
         } catch { /* damaged: reported by status, skipped here */ }
       }
+      // Slots that reconciliation returned, and any a dead hand-off left, go to the queue's head.
+      await serveQueue(this.ctx);
     } finally {
       this.running = false;
     }

@@ -40,6 +40,8 @@ export const LaunchInput = z.object({
   timeoutMs: z.number().int().min(1).optional().describe('Time limit of the whole run in ms'),
   label: z.string().max(MAX_LABEL_CHARS).optional().describe('A short label shown in listings'),
   model: z.string().min(1).max(128).optional().describe("One of the agent's `models`"),
+  queue: z.boolean().optional().describe('At a full home the run is queued and starts by itself when a slot frees (default true); false: refuse CAPACITY_EXHAUSTED instead'),
+  queueTimeoutMs: z.number().int().min(1).optional().describe('How long a queued run may wait for a slot before it ends failed/QUEUE_TIMEOUT (default SUBAGENTS_QUEUE_TIMEOUT_MS)'),
 }).strict();
 
 export const StatusInput = z.object({
@@ -71,13 +73,14 @@ export const AgentsInput = z.object({}).strict();
 
 const ErrorInfo = z.object({ code: z.string(), message: z.string() }).nullable();
 const Fanout = z.object({ used: z.number(), limit: z.number(), remaining: z.number() });
-const Capacity = z.object({ active: z.number(), limit: z.number() });
+const Capacity = z.object({ active: z.number(), limit: z.number(), queued: z.number().optional().describe('Launches waiting in the queue') });
+const QueuePlace = z.object({ position: z.number(), length: z.number() }).describe('While queued: 1-based place in the queue (it only decreases) and the queue\'s length');
 const TextView = z.object({ text: z.string(), bytes: z.number(), truncated: z.boolean() });
 
 export const LaunchOutput = z.object({
   runId: z.string(), sessionId: z.string(), state: z.string(), mode: z.string(),
   steps: z.array(z.object({ index: z.number(), agent: z.string(), state: z.string() })),
-  fanout: Fanout, capacity: Capacity,
+  fanout: Fanout, capacity: Capacity, queue: QueuePlace.optional(),
 });
 
 const StepView = z.object({
@@ -91,7 +94,7 @@ const StepView = z.object({
 const RunSummary = z.object({
   runId: z.string(), sessionId: z.string(), state: z.string(), mode: z.string(), label: z.string().nullable(),
   agents: z.array(z.string()), createdAt: z.string(), endedAt: z.string().nullable(), error: ErrorInfo,
-  adopted: z.boolean(), dismissed: z.boolean(),
+  adopted: z.boolean(), dismissed: z.boolean(), queue: QueuePlace.optional(),
 });
 
 /** One run (with runId) or the session's list (without): one flat object, the fields of the mode in use present. */
@@ -103,7 +106,7 @@ export const StatusOutput = z.object({
   error: ErrorInfo.optional(), steps: z.array(StepView).optional(),
   output: TextView.extend({ uri: z.string() }).optional(), fanout: Fanout.optional(), pendingAppends: z.number().optional(),
   adopted: z.boolean().optional(), dismissed: z.boolean().optional(), runnerPid: z.number().nullable().optional(),
-  runnerLogTail: z.string().optional(), survivors: z.array(z.number()).optional(),
+  runnerLogTail: z.string().optional(), survivors: z.array(z.number()).optional(), queue: QueuePlace.optional(),
   runs: z.array(RunSummary).optional(),
   omitted: z.number().optional().describe('Older runs not listed inline (the newest 200 are); resources/list pages through all'),
   capacity: Capacity.optional(),

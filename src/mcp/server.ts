@@ -12,6 +12,7 @@ export const INSTRUCTIONS = [
   '(repeat until it is completed, failed or cancelled) — use it instead of sleeping between polls. 4. Read the output in that status;',
   'long output is cut to head and tail there, the whole of it is the resource named by output.uri (subagents://runs/{runId}/output, paged with ?offset=&length=).',
   'Parallel work: launch { tasks: [...] }; pipelines: launch { chain: [...] } with "{previous}", and append to add steps to a running chain.',
+  'When every slot is busy, launch answers state "queued": the run starts by itself, so it needs nothing but the same status wait (no retries).',
   'dismiss hides a finished run from status listings; cancel stops one.',
   'Every result carries this session\'s sessionId. When you summarise or compact the conversation, carry the newest sessionId along:',
   'after a client restart or in a resumed conversation, call restore { lineage: [that sessionId] } to see those runs again',

@@ -14,12 +14,12 @@ import type { RunStatus } from '../store/run-types.js';
  * does exactly what it did before (claims through the lock library, with its waits and retries, or finds the launch
  * abandoned). Node built-ins only (this runs before the supervisor is loaded).
  */
-export function claimStartQuickly(paths: RunPaths, me: ProcessIdentity): RunStatus | null {
+export function claimStartQuickly(paths: RunPaths, me: ProcessIdentity, attempt = 0): RunStatus | null {
   const release = tryLockSync(paths.lockTarget);
   if (!release) return null;
   try {
     const current = readJsonFile<RunStatus>(paths.status);
-    if (!current || current.state !== 'starting') return null;
+    if (!current || current.state !== 'starting' || (current.attempt ?? 0) !== attempt) return null;
     const now = new Date().toISOString();
     const next: RunStatus = { ...current, state: 'running', startedAt: now, runner: me, updatedAt: now };
     writeFileAtomic(paths.status, JSON.stringify(next), { durable: true }); // the launch's acknowledgement

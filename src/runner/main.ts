@@ -25,10 +25,16 @@ async function hangBeforeReady(): Promise<void> {
   process.exit(3);
 }
 
+/**
+ * The start attempt this runner belongs to: 0 for a launch's own runner, n for the n-th hand-off of a queued run
+ * (docs/limits.md, "The queue"). A runner of an attempt that is no longer the run's never starts it.
+ */
+export const MY_ATTEMPT = Number(process.env.SUBAGENTS_RUN_ATTEMPT ?? 0) || 0;
+
 function abandoned(paths: RunPaths): boolean {
   try {
-    const s = readJsonFile<{ state: string }>(paths.status);
-    return s !== null && s.state !== 'starting';
+    const s = readJsonFile<{ state: string; attempt?: number }>(paths.status);
+    return s !== null && (s.state !== 'starting' || (s.attempt ?? 0) !== MY_ATTEMPT);
   } catch {
     return false;
   }
@@ -51,7 +57,7 @@ async function main(): Promise<number> {
     return 2;
   }
   const me = selfIdentity();
-  writeFileAtomic(paths.ready, JSON.stringify({ pid: me.pid, startTime: me.startTime, at: new Date().toISOString() }), { durable: false });
+  writeFileAtomic(paths.readyOf(MY_ATTEMPT), JSON.stringify({ pid: me.pid, startTime: me.startTime, at: new Date().toISOString() }), { durable: false });
   fault('after-ready');
   // A launch whose server died before we reported ready may already be ended by a reconciler that could not know our
   // pid (it re-reads ready.json after ending the run, so one of us always sees the other): nobody will say proceed.
@@ -69,10 +75,16 @@ async function main(): Promise<number> {
     return 3;
   }
   fault('after-proceed');
-  const claimed = claimStartQuickly(paths, me);
-  const { supervise, settleLocks } = await loadSupervisor();
+  const claimed = claimStartQuickly(paths, me, MY_ATTEMPT);
+  const { supervise, settleLocks, handOffFreedSlot } = await loadSupervisor();
   try {
-    return await supervise(record, paths, me, claimed);
+    const code = await supervise(record, paths, me, claimed, undefined, MY_ATTEMPT);
+    // The slot this run held is free (or was never taken): the head of the queue gets it from us, the one process
+    // that knows the moment it freed (docs/limits.md, "The queue").
+    await handOffFreedSlot(paths, me).catch((e: unknown) => {
+      process.stderr.write(`runner: handing the freed slot to the queue failed (${e instanceof Error ? e.message : 'unknown'}); the next server launch, listing or sweep does it\n`);
+    });
+    return code;
   } finally {
     await settleLocks(); // never exit with a lock acquisition in flight (it would leave a lock nobody holds)
   }

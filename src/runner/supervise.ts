@@ -11,6 +11,8 @@ import { diskFaultOf, ensurePrivateDir, removeStaleTemps, writeFileAtomic } from
 import { Layout, type RunPaths } from '../store/layout.js';
 import { endRun, returnRunLedger, type EndState } from '../lifecycle/run-lifecycle.js';
 export { settleLocks } from '../store/lock.js';
+export { handOffFreedSlot } from './hand-off.js';
+import { queueIsEmpty } from '../lifecycle/queue.js';
 import { RunStore } from '../store/run-store.js';
 import {
   isTerminalRun, type AgentTaskSpec, type RunRecord, type RunStatus, type StepError,
@@ -78,10 +80,10 @@ export const RUNNER_HOST: SuperviseHost = { processSignals: true };
  * executes the run to its terminal state. `me` is the identity recorded as the run's runner: the process that
  * supervises it, which need not be a detached runner of its own (`host`).
  */
-export async function supervise(record: RunRecord, paths: RunPaths, me: ProcessIdentity, claimed: RunStatus | null = null, host: SuperviseHost = RUNNER_HOST): Promise<number> {
+export async function supervise(record: RunRecord, paths: RunPaths, me: ProcessIdentity, claimed: RunStatus | null = null, host: SuperviseHost = RUNNER_HOST, attempt = 0): Promise<number> {
   const layout = new Layout(path.dirname(path.dirname(paths.dir)));
   const store = new RunStore(layout);
-  const started = claimed ?? await persistently(() => store.update(record.runId, (s) => (s.state === 'starting'
+  const started = claimed ?? await persistently(() => store.update(record.runId, (s) => (s.state === 'starting' && (s.attempt ?? 0) === attempt
     ? { ...s, state: 'running', startedAt: new Date().toISOString(), runner: me }
     : null), { durable: true }));
   if (started.state !== 'running' || started.runner?.pid !== me.pid) {
@@ -414,7 +416,8 @@ class Executor {
     // The end is published (fsynced) and the ledger returned: what is left (returning the run lock, the last event,
     // exiting) is bookkeeping, while the processes this write wakes (a long-poll's server and its client) answer on
     // the same cores. A runner whose ledger release failed keeps its priority: it retries that, and launches wait on it.
-    if (this.ledgerReturned && this.host.processSignals) try { os.setPriority(19); } catch { /* not permitted: no matter */ }
+    // Not while a queued run waits: this process hands it the slot next, and that is a launch someone waits for.
+    if (this.ledgerReturned && this.host.processSignals && queueIsEmpty(this.layout)) try { os.setPriority(19); } catch { /* not permitted: no matter */ }
   }
 
   /** What this runner's end did: whether it recorded it, and whether the run's ledger entries went back. */

@@ -45,6 +45,8 @@ export class RunPaths {
   /** The runner's own stdout+stderr (its crash reasons; never agent output). */
   get runnerLog(): string { return path.join(this.dir, 'runner.log'); }
   get ready(): string { return path.join(this.dir, 'ready.json'); }
+  /** The ready report of a queued run's n-th start attempt (each attempt's runner reports in its own file). */
+  readyOf(attempt: number): string { return attempt > 0 ? path.join(this.dir, `ready.${attempt}.json`) : this.ready; }
   get proceed(): string { return path.join(this.dir, 'proceed'); }
   get cancelRequest(): string { return path.join(this.dir, 'cancel-request.json'); }
   get dismissed(): string { return path.join(this.dir, 'dismissed.json'); }

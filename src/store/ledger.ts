@@ -33,12 +33,36 @@ export interface AgentSlot {
   root?: string;
 }
 
+/**
+ * A queued top-level run waiting for a capacity slot (docs/limits.md, "The queue"). Its tree's fan-out is claimed
+ * (`trees`) from acceptance. `handoff` is set while a process hands it a slot (it holds the run's reservation in
+ * `roots` meanwhile); the entry leaves the queue once its run has started or ended.
+ */
+export interface QueueEntry {
+  /** Acceptance order across the state home. */
+  seq: number;
+  sessionId: string;
+  at: string;
+  /** Epoch ms past which the run ends failed/QUEUE_TIMEOUT instead of starting. */
+  deadline: number;
+  /** The launching server's SUBAGENTS_MAX_ACTIVE_RUNS: the run starts only while fewer roots than this are active. */
+  limit: number;
+  /** Agent starts claimed from the tree's budget at acceptance. */
+  claims: number;
+  /** The launching server's handshake timeout, for the reservation a hand-off makes. */
+  handshakeMs: number;
+  handoff?: { by: ProcessIdentity; attempt: number } | null;
+}
+
 /** The one shared ledger of a state home; only ever read and written under its lock. */
 export interface Ledger {
   v: 1;
   roots: Record<string, RootReservation>;
   trees: Record<string, TreeBudget>;
   agents: Record<string, AgentSlot>;
+  queue?: Record<string, QueueEntry>;
+  /** The last queue sequence number given out. */
+  queueSeq?: number;
 }
 
 const empty = (): Ledger => ({ v: 1, roots: {}, trees: {}, agents: {} });

@@ -2,7 +2,7 @@ import type { FrozenAgent } from '../agents/types.js';
 import type { ProcessIdentity } from '../process/identity.js';
 import type { RunErrorCode } from '../errors.js';
 
-export type RunState = 'starting' | 'running' | 'completed' | 'failed' | 'cancelled';
+export type RunState = 'queued' | 'starting' | 'running' | 'completed' | 'failed' | 'cancelled';
 export type StepState = 'pending' | 'running' | 'completed' | 'failed' | 'cancelled' | 'skipped';
 export type RunMode = 'single' | 'parallel' | 'chain';
 
@@ -105,6 +105,14 @@ export interface RunStatus {
   survivors: ProcessIdentity[];
   /** For RUNNER_LOST: the end of the runner's own log (its crash reason; never agent output). */
   runnerLogTail?: string;
+  /**
+   * A queued run's start attempt (docs/limits.md, "The queue"): set by each hand-off that starts it. Its runner is told
+   * its attempt and claims the start only if it is still the current one, so a runner of an attempt whose hand-off
+   * died can never start the run beside the one the repair started.
+   */
+  attempt?: number;
+  /** The process handing a queued run its slot (it acts as the launcher): a dead one leaves the repair to others. */
+  launcher?: ProcessIdentity | null;
 }
 
 /** An accepted `append` (`appends/<seq>.json`): durable before the tool answers. */

@@ -14,7 +14,7 @@ import { readJsonFile } from './json-file.js';
 
 const identity = z.object({ pid: z.number(), startTime: z.string() });
 const nullableIdentity = z.nullable(identity);
-const runState = z.enum(['starting', 'running', 'completed', 'failed', 'cancelled']);
+const runState = z.enum(['queued', 'starting', 'running', 'completed', 'failed', 'cancelled']);
 const stepState = z.enum(['pending', 'running', 'completed', 'failed', 'cancelled', 'skipped']);
 const error = z.nullable(z.looseObject({ code: z.string(), message: z.string() }));
 
@@ -79,7 +79,15 @@ export const LedgerFile = z.object({
   roots: z.record(z.string(), z.looseObject({ at: z.string(), server: identity, runner: nullableIdentity, handshakeMs: z.optional(z.number()) })),
   trees: z.record(z.string(), z.looseObject({ used: z.number(), limit: z.number(), maxDepth: z.number() })),
   agents: z.record(z.string(), z.looseObject({ runner: identity, agent: nullableIdentity, at: z.string(), root: z.optional(z.string()) })),
+  queue: z.optional(z.record(z.string(), z.looseObject({
+    seq: z.number(), sessionId: z.string(), at: z.string(), deadline: z.number(), limit: z.number(), claims: z.number(), handshakeMs: z.number(),
+    handoff: z.optional(z.nullable(z.looseObject({ by: identity, attempt: z.number() }))),
+  }))),
+  queueSeq: z.optional(z.number()),
 });
+
+/** `runs/<id>/queued.json`: what the process that hands a queued run its slot needs to start its runner. */
+export const QueuedLaunchFile = z.looseObject({ runnerMain: z.string(), env: z.record(z.string(), z.string()) });
 
 /** `sessions/<id>.json`. */
 export const SessionRecordFile = z.looseObject({

@@ -26,7 +26,7 @@ export function chainEntry(e: ChainEntry, where: string): ChainEntryInput {
 
 /** Which of the three launch shapes the arguments are; anything else is INVALID_INPUT. */
 export function toLaunch(a: z.output<typeof LaunchInput>): ManagerLaunchInput {
-  const common = { cwd: a.cwd, timeoutMs: a.timeoutMs, label: a.label, model: a.model };
+  const common = { cwd: a.cwd, timeoutMs: a.timeoutMs, label: a.label, model: a.model, queue: a.queue, queueTimeoutMs: a.queueTimeoutMs };
   const shapes = [a.agent !== undefined || a.task !== undefined, a.tasks !== undefined, a.chain !== undefined].filter(Boolean).length;
   if (shapes !== 1) throw invalid('give exactly one of: agent + task (single), tasks (parallel), or chain. See the tool description for the shapes.');
   if (a.chain !== undefined || a.agent !== undefined) {
@@ -52,6 +52,7 @@ export const launchTool: ToolDefinition = {
     'Shapes: single { agent, task }; parallel { tasks: [{ agent, task }, …], concurrency?, failFast? };',
     'chain { chain: [ { agent, task } | { parallel: [...] }, … ] } where "{previous}" in a task is replaced by the previous step\'s output.',
     'Then wait with status { runId, waitMs: 30000 } (repeat until the state is completed, failed or cancelled) and read the output there.',
+    'At a full home the run is accepted as state "queued" with queue { position, length } and starts by itself when a slot frees: it needs nothing from you but that same status wait (queue: false refuses instead).',
     'Call agents first to see which agents exist.',
   ].join(' '),
   annotations: { title: 'Launch a subagent run', readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: true },
@@ -66,7 +67,8 @@ export const launchTool: ToolDefinition = {
         onProgress: (phase) => progress(extra, ++n, `launch: ${phase}`, 3),
       });
       env.onListChanged();
-      return success({ ...r }, `Launched ${r.runId} (${r.mode}, ${r.state}). Wait for it with status { runId: "${r.runId}", waitMs: 30000 }.\n${JSON.stringify(r, null, 2)}`);
+      const what = r.queue ? `Queued ${r.runId} (${r.mode}, position ${r.queue.position} of ${r.queue.length}); it starts by itself when a slot frees.` : `Launched ${r.runId} (${r.mode}, ${r.state}).`;
+      return success({ ...r }, `${what} Wait for it with status { runId: "${r.runId}", waitMs: 30000 }.\n${JSON.stringify(r, null, 2)}`);
     } catch (e) {
       return refusal(e, env.ctx.log);
     }

@@ -10,6 +10,7 @@ export const statusTool: ToolDefinition = {
     'Status of one run ({ runId }: state, steps with exit codes and bounded output, the run\'s output) or of all runs of this session ({}).',
     'Use waitMs (up to 45000) to wait for a change instead of sleeping and polling: the call returns as soon as the run\'s state, a step or',
     'pending appends change (until: "terminal" waits for the end), or when time is up; a finished run answers at once.',
+    'A queued run shows queue { position, length } and wakes the wait when it starts; waiting is all it needs.',
     'Output beyond outputBytes is cut to head and tail; the whole output is in the resource named by output.uri.',
   ].join(' '),
   annotations: { title: 'Run status', readOnlyHint: true, destructiveHint: false, idempotentHint: true, openWorldHint: false },

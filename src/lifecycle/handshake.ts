@@ -1,7 +1,6 @@
 import path from 'node:path';
 import { SubagentError } from '../errors.js';
 import { isAlive, readIdentity, type ProcessIdentity } from '../process/identity.js';
-import type { DetachedChild } from '../process/spawn-detached.js';
 import { writeNewFile } from '../store/atomic-write.js';
 import { ReadyFile, readStateFile, RunStatusFile } from '../store/state-files.js';
 import type { RunPaths } from '../store/layout.js';
@@ -16,9 +15,20 @@ export class HandshakeFailure extends Error {
   }
 }
 
-interface WaitOptions {
+/** The started runner as the handshake sees it: a DetachedChild of the spawner thread, or a ChildProcess. */
+export interface StartedRunner {
+  readonly pid?: number | undefined;
+  readonly exitCode: number | null;
+  readonly signalCode: NodeJS.Signals | null;
+  once(event: 'exit', fn: (code: number | null, signal: NodeJS.Signals | null) => void): unknown;
+  off(event: 'exit', fn: (code: number | null, signal: NodeJS.Signals | null) => void): unknown;
+}
+
+export interface WaitOptions {
   paths: RunPaths;
-  child: DetachedChild;
+  /** The ready report awaited: `paths.ready`, or a queued run's attempt's own (`readyOf`). */
+  readyFile?: string;
+  child: StartedRunner;
   deadline: number;
   signal: AbortSignal;
 }
@@ -65,7 +75,8 @@ async function waitFor<T>(o: WaitOptions, phase: HandshakePhase, file: string, r
 
 /** Phase `spawn`→`ready`: the runner proves who it is (pid and start time of the process we started). */
 export async function awaitReady(o: WaitOptions): Promise<ProcessIdentity> {
-  const ready = await waitFor(o, 'spawn', o.paths.ready, () => readStateFile<{ pid: number; startTime: string }>(o.paths.ready, ReadyFile));
+  const file = o.readyFile ?? o.paths.ready;
+  const ready = await waitFor(o, 'spawn', file, () => readStateFile<{ pid: number; startTime: string }>(file, ReadyFile));
   if (ready.pid !== o.child.pid) {
     throw new HandshakeFailure('ready', 'the ready report names another process than the runner that was started', null);
   }
