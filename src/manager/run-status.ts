@@ -146,7 +146,7 @@ export async function getStatus(ctx: ManagerContext, q: StatusQuery, o: { signal
         ? { waitedMs: 0, changed: false }
         : await waitUntil([ctx.store.paths(runId).dir], waitMs, o.signal, async (cause) => {
           // A file event means a live writer: reconciling (a /proc look at the runner) is the poll's job.
-          if (cause === 'poll' && status.state === 'queued') await serveQueueQuickly(ctx);
+          if (cause === 'poll' && (status.state === 'queued' || status.attempt !== undefined)) await serveQueueQuickly(ctx);
           const s = cause === 'poll' ? await freshStatus(ctx, runId) : ctx.store.readStatus(runId);
           if (!s) return true; // gone: the read below says so
           // A terminal status is final (the first terminal state wins), so the answer renders the one seen here.
