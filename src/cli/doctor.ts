@@ -23,6 +23,7 @@ export async function doctorCommand(ctx: ManagerContext, version: string, o: { j
   out('Limits and settings in force (flag > environment > default)');
   out(table(['  SETTING', 'FROM', 'VALUE'], r.settings.map((s) => [`  ${s.env}`, s.source, s.value])));
   out(`  capacity now: ${r.capacity.activeRuns} of ${r.capacity.maxActiveRuns === 0 ? 'unlimited' : r.capacity.maxActiveRuns} active runs, ${r.capacity.liveAgents} of ${r.capacity.maxAgents} agent processes`);
+  out(`  queue now: ${r.capacity.queued} of ${r.capacity.maxQueued} launches waiting${r.capacity.oldestQueuedMs !== null ? `, the oldest for ${Math.round(r.capacity.oldestQueuedMs / 1000)} s` : ''}`);
   out('');
   out('Backends');
   for (const b of r.backends) {

@@ -1,3 +1,4 @@
+import { queueSnapshot } from '../manager/capacity.js';
 import { listAll, type RunMeta } from '../manager/listing.js';
 import { freshStatus } from '../manager/run-status.js';
 import type { ManagerContext } from '../manager/context.js';
@@ -21,9 +22,11 @@ export interface RunRow {
   rootRunId: string;
   dismissed: boolean;
   error: { code: string; message: string } | null;
+  /** While queued: its place in the queue and the queue's length. */
+  queue?: { position: number; length: number };
 }
 
-const STATE_WORDS = ['starting', 'running', 'completed', 'failed', 'cancelled', 'active', 'terminal'];
+const STATE_WORDS = ['queued', 'starting', 'running', 'completed', 'failed', 'cancelled', 'active', 'terminal'];
 
 export function durationOf(createdAt: string, s: Pick<RunStatus, 'startedAt' | 'endedAt'> | null, now = Date.now()): number | null {
   if (!s) return null;
@@ -46,6 +49,7 @@ export async function rowOf(ctx: ManagerContext, m: RunMeta): Promise<RunRow> {
     runId: m.runId, sessionId: m.sessionId, state: s?.state ?? 'corrupt', mode: m.mode, agents: m.agents, label: m.label,
     createdAt: m.createdAt, startedAt: s?.startedAt ?? null, endedAt: s?.endedAt ?? null, durationMs: durationOf(m.createdAt, s),
     depth: m.depth, parentRunId: m.parentRunId, rootRunId: m.rootRunId, dismissed: ctx.store.isDismissed(m.runId), error,
+    ...(s?.state === 'queued' ? queuePlace(ctx, m.runId) : {}),
   };
 }
 
@@ -57,7 +61,7 @@ export async function runsCommand(ctx: ManagerContext, o: RunsOptions, out: (s: 
     if (!STATE_WORDS.includes(w)) throw new CliError(`--state ${JSON.stringify(w)} is not one of ${STATE_WORDS.join(', ')}`, EXIT_USAGE);
   }
   const stateMatches = (state: string) => !wanted || wanted.some((w) => w === state
-    || (w === 'active' && (state === 'starting' || state === 'running'))
+    || (w === 'active' && (state === 'queued' || state === 'starting' || state === 'running'))
     || (w === 'terminal' && ((TERMINAL_RUN_STATES as readonly string[]).includes(state) || state === 'corrupt')));
   const all = listAll(ctx);
   const byId = new Map(all.map((m) => [m.runId, m]));
@@ -82,7 +86,7 @@ export async function runsCommand(ctx: ManagerContext, o: RunsOptions, out: (s: 
   const now = Date.now();
   out(table(['RUN', 'STATE', 'AGENTS', 'AGE', 'DURATION', 'SESSION', 'LABEL'], rows.map((r) => [
     r.runId,
-    `${r.state}${r.error && r.state !== 'cancelled' ? ` (${r.error.code})` : ''}${r.dismissed ? ' [dismissed]' : ''}`,
+    `${r.state}${r.queue ? ` ${r.queue.position}/${r.queue.length}` : ''}${r.error && r.state !== 'cancelled' ? ` (${r.error.code})` : ''}${r.dismissed ? ' [dismissed]' : ''}`,
     oneLine(`${r.mode === 'single' ? '' : `${r.mode}: `}${r.agents.join(',')}`, 32),
     formatAge(r.createdAt, now),
     formatDuration(r.durationMs),
@@ -90,4 +94,9 @@ export async function runsCommand(ctx: ManagerContext, o: RunsOptions, out: (s: 
     r.label ? oneLine(r.label, 40) : '',
   ])));
   return 0;
+}
+
+function queuePlace(ctx: ManagerContext, runId: string): { queue?: { position: number; length: number } } {
+  const q = queueSnapshot(ctx, runId);
+  return q ? { queue: q } : {};
 }

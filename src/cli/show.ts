@@ -34,6 +34,8 @@ export interface StepDetail {
 }
 
 export interface RunDetail {
+  /** While queued: its place in the queue and the queue's length. */
+  queue?: { position: number; length: number };
   runId: string;
   sessionId: string;
   state: string;
@@ -120,6 +122,7 @@ export async function runDetail(ctx: ManagerContext, runId: string): Promise<Run
     ...(({ events, skipped }) => ({ events, eventsSkipped: skipped }))(readRunEvents(ctx, runId)),
   };
   if (status.runnerLogTail) d.runnerLogTail = status.runnerLogTail;
+  if (view.queue) d.queue = view.queue;
   return d;
 }
 
@@ -128,7 +131,7 @@ export function renderDetail(d: RunDetail, out: (s: string) => void): void {
   const now = Date.now();
   out(`run ${d.runId}`);
   const kv = (k: string, v: string) => out(`  ${`${k}:`.padEnd(13)}${v}`);
-  kv('state', `${d.state}${d.error ? ` — ${d.error.code}: ${oneLine(d.error.message, 200)}` : ''}${d.dismissed ? ' [dismissed]' : ''}`);
+  kv('state', `${d.state}${d.queue ? ` (position ${d.queue.position} of ${d.queue.length} in the queue)` : ''}${d.error ? ` — ${d.error.code}: ${oneLine(d.error.message, 200)}` : ''}${d.dismissed ? ' [dismissed]' : ''}`);
   kv('mode', `${d.mode}, ${d.steps.length} step${d.steps.length === 1 ? '' : 's'}${d.pendingAppends ? ` (+${d.pendingAppends} appended, pending)` : ''}`);
   if (d.label) kv('label', oneLine(d.label, 200));
   kv('session', d.sessionId);
@@ -190,6 +193,6 @@ export function renderDetail(d: RunDetail, out: (s: string) => void): void {
     }
   }
   out('');
-  out(`Output: subagents-mcp logs ${d.runId}${d.state === 'starting' || d.state === 'running' ? ' --follow' : ''}`);
+  out(`Output: subagents-mcp logs ${d.runId}${d.state === 'queued' || d.state === 'starting' || d.state === 'running' ? ' --follow' : ''}`);
 }
 

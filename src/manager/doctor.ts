@@ -7,6 +7,8 @@ import { flagName, type Settings } from '../config.js';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { readEvents } from '../store/event-log.js';
 import { readLedger } from '../lifecycle/ledger.js';
+import { waitingOrder } from '../lifecycle/queue.js';
+import type { Ledger } from '../store/ledger.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { SessionRegistry } from '../store/session-registry.js';
 import { checkStateHome } from '../store/state-home.js';
@@ -44,7 +46,7 @@ export interface DoctorReport {
     /** Variables set here that are never passed to an agent, even when named. */
     blocked: string[];
   };
-  capacity: { activeRuns: number; maxActiveRuns: number; liveAgents: number; maxAgents: number };
+  capacity: { activeRuns: number; maxActiveRuns: number; liveAgents: number; maxAgents: number; queued: number; oldestQueuedMs: number | null; maxQueued: number };
   attention: Array<{ runId: string; state: string; problem: string }>;
   problems: string[];
   warnings: string[];
@@ -111,6 +113,11 @@ function runsNeedingAttention(ctx: ManagerContext): DoctorReport['attention'] {
       out.push({ runId: m.runId, state: s.state, problem: `its runner (pid ${s.runner?.pid ?? '?'}) is gone; \`subagents-mcp runs\` or any server records it failed/RUNNER_LOST and stops its leftovers` });
       continue;
     }
+    if (s.state === 'queued') continue; // waiting for a slot: the queue line above says how many and for how long
+    if (s.state === 'starting' && s.attempt !== undefined) {
+      if (!isAlive(s.launcher)) out.push({ runId: m.runId, state: s.state, problem: 'the process handing it its queue slot is gone; the next server launch, listing or sweep starts it again' });
+      continue;
+    }
     if (s.state === 'starting') {
       const rec = ctx.store.readRecord(m.runId);
       const ready = readStateFile<ProcessIdentity>(ctx.store.paths(m.runId).ready, ReadyFile);
@@ -164,7 +171,7 @@ export async function runDoctor(ctx: ManagerContext, version: string): Promise<D
   });
   const blocked = names.filter((n) => isNeverPass(n));
 
-  const ledger = safe ? readLedger(ctx.layout) : { roots: {}, agents: {} };
+  const ledger = safe ? readLedger(ctx.layout) : { roots: {}, agents: {}, queue: {} };
   const attention = safe ? runsNeedingAttention(ctx) : [];
   if (attention.length) warnings.push(`${attention.length} run(s) need attention (see runs needing attention)`);
   for (const f of safe ? new SessionRegistry(s.home).damaged() : []) {
@@ -181,9 +188,16 @@ export async function runDoctor(ctx: ManagerContext, version: string): Promise<D
     backends,
     agents: { projectDir: catalog.projectDir, projectTrusted: catalog.projectTrusted, available: listing.agents, refused: listing.refused },
     passThrough: { patterns: s.passEnv, set: passed, credentials, blocked },
-    capacity: { activeRuns: Object.keys(ledger.roots).length, maxActiveRuns: s.maxActiveRuns, liveAgents: Object.keys(ledger.agents).length, maxAgents: s.maxAgents },
+    capacity: { activeRuns: Object.keys(ledger.roots).length, maxActiveRuns: s.maxActiveRuns, liveAgents: Object.keys(ledger.agents).length, maxAgents: s.maxAgents, ...queueFigures(ledger), maxQueued: s.maxQueued },
     attention,
     problems,
     warnings,
   };
+}
+
+/** The queue's length and how long its oldest waiting launch has waited (docs/limits.md, "The queue"). */
+function queueFigures(l: { queue?: Ledger['queue'] }): { queued: number; oldestQueuedMs: number | null } {
+  const waiting = waitingOrder({ v: 1, roots: {}, trees: {}, agents: {}, ...l });
+  const oldest = waiting[0]?.[1];
+  return { queued: waiting.length, oldestQueuedMs: oldest ? Math.max(0, Date.now() - Date.parse(oldest.at)) : null };
 }

@@ -6,6 +6,7 @@ import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/
 import { until } from '../nesting/tree-helpers.js';
 import { WAIT_FOR_FILE_AGENT } from '../capacity/capacity-helpers.js';
 import { queueLedger, stepStarts } from './queue-helpers.js';
+import { cli, cliEnv } from '../cli/helpers.js';
 
 /** Queued launches (docs/limits.md, "The queue") through a real server, real runners and a file-waiting agent. */
 describe('a full home queues launches', () => {
@@ -46,6 +47,17 @@ describe('a full home queues launches', () => {
     expect(textOf(refused)).toMatch(/^CAPACITY_EXHAUSTED: /);
     const full = await s.call('launch', { agent: 'wait', task: gate('d') });
     expect(textOf(full)).toMatch(/^CAPACITY_EXHAUSTED: .*queue holds 2 of 2/);
+
+    // People see the queue too: runs and show name the position, doctor the queue's length and its oldest entry.
+    const cliEnvHere = cliEnv({ SUBAGENTS_HOME: t.home, SUBAGENTS_MAX_QUEUED: '2' });
+    const runs = JSON.parse((await cli(['runs', '--json'], cliEnvHere)).stdout);
+    expect(runs.runs.find((r: { runId: string }) => r.runId === c.runId)).toMatchObject({ state: 'queued', queue: { position: 2, length: 2 } });
+    expect((await cli(['runs', '--state', 'queued'], cliEnvHere)).stdout).toMatch(/queued 1\/2/);
+    expect((await cli(['show', c.runId], cliEnvHere)).stdout).toMatch(/queued \(position 2 of 2 in the queue\)/);
+    const doctor = (await cli(['doctor'], cliEnvHere)).stdout;
+    expect(doctor).toMatch(/queue now: 2 of 2 launches waiting, the oldest for \d+ s/);
+    expect(doctor).toMatch(/SUBAGENTS_MAX_QUEUED\s+env\s+2/);
+    expect(doctor).toMatch(/SUBAGENTS_QUEUE_TIMEOUT_MS\s+default\s+3600000/);
 
     const bStatus = sc(await s.call('status', { runId: sc(b).runId }));
     expect(bStatus).toMatchObject({ state: 'queued', queue: { position: 1, length: 2 } });
