@@ -37,7 +37,7 @@ describe('capacity is exact across server processes', () => {
       const release = path.join(t.base, `release-${round}`);
       const obs = observe(t.home);
       const T0 = Date.now();
-      const results = await Promise.all(racers.map((s) => s.call('launch', { agent: 'wait', task: release })));
+      const results = await Promise.all(racers.map((s) => s.call('launch', { agent: 'wait', task: release, queue: false })));
       const T1 = Date.now();
       const admitted: Array<{ s: Started; runId: string }> = [];
       results.forEach((r, i) => {

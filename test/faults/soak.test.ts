@@ -68,7 +68,7 @@ describe.skipIf(process.platform !== 'linux')('soak', () => {
       while (accepted.size < TARGET && c.attempts < TARGET * 6 && performance.now() - began < LAUNCH_SECONDS * 1000) {
         await restarting;
         c.attempts++;
-        const r = await call(i, 'launch', { agent: Math.random() < 0.5 ? 'short' : 'quick', task: 'soak' });
+        const r = await call(i, 'launch', { agent: Math.random() < 0.5 ? 'short' : 'quick', task: 'soak', queue: false });
         if (r === undefined) { c.attempts--; await sleep(100); continue; }
         if (r === null) { c.unacknowledged++; await sleep(50); continue; }
         if (r.isError) {

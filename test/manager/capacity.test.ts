@@ -92,7 +92,7 @@ describe('capacity refusal without the ledger lock', () => {
       // Another process holds the lock and keeps it fresh: a launch that waited for it would answer BUSY after 5 s.
       fs.mkdirSync(lockDir);
       refresh = setInterval(() => { const now = new Date(); fs.utimesSync(lockDir, now, now); }, 500);
-      const refused = await s.call('launch', { agent: 'echo', task: 'x' });
+      const refused = await s.call('launch', { agent: 'echo', task: 'x', queue: false });
       expect(refused.isError).toBe(true);
       expect(textOf(refused)).toMatch(/^CAPACITY_EXHAUSTED: 2 of 2 active runs in this state home \(SUBAGENTS_MAX_ACTIVE_RUNS\)\. None of them belong to this session/);
       const runsDir = path.join(t.home, 'runs');

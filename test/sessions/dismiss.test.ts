@@ -15,7 +15,7 @@ describe('dismiss', () => {
     expect(textOf(refused)).toMatch(/^RUN_ACTIVE: .*cancel: true/);
     // The refusal left it listed, and it still holds the only slot.
     expect(sc(await s.call('status', {})).runs.map((r: any) => r.runId)).toEqual([run.runId]);
-    const full = await s.call('launch', { agent: 'echo', task: 'no room' });
+    const full = await s.call('launch', { agent: 'echo', task: 'no room', queue: false });
     expect(textOf(full)).toMatch(/^CAPACITY_EXHAUSTED: /);
     expect(textOf(full)).toContain(run.runId);
 

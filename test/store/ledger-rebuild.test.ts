@@ -31,9 +31,9 @@ describe('a ledger that does not parse is rebuilt from the runs of the state hom
     const st = await s.call('status', { runId });
     expect(sc(st).fanout).toEqual({ used: 1, limit: record.limits.maxSpawns, remaining: record.limits.maxSpawns - 1 });
     const list = await s.call('status', {});
-    expect(sc(list).capacity).toEqual({ active: 1, limit: 1 });
+    expect(sc(list).capacity).toEqual({ active: 1, limit: 1, queued: 0 });
 
-    const refused = await s.call('launch', { agent: 'echo', task: 'over capacity' });
+    const refused = await s.call('launch', { agent: 'echo', task: 'over capacity', queue: false });
     expect(refused.isError).toBe(true);
     expect(textOf(refused)).toMatch(/^CAPACITY_EXHAUSTED: 1 of 1 active runs/);
     expect(runIds(t.home)).toEqual([runId]);
