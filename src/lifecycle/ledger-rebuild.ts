@@ -1,10 +1,11 @@
 import path from 'node:path';
 import { isAlive } from '../process/identity.js';
 import { Layout } from '../store/layout.js';
-import type { AgentSlot, Ledger, RootReservation, TreeBudget } from '../store/ledger.js';
+import type { AgentSlot, Ledger, QueueEntry, RootReservation, TreeBudget } from '../store/ledger.js';
+import { QUEUED_LAUNCH_FILE, QueuedLaunchFile, readStateFile, type QueuedLaunch } from '../store/state-files.js';
 import { RunStore } from '../store/run-store.js';
 import { descendants, readyIdentity, runMayBeLive, safeRecord, safeStatus } from './run-tree.js';
-import { firstStepWidth, isTerminalRun, type RunRecord, type StepSpec, type StepStatus } from '../store/run-types.js';
+import { firstStepWidth, isTerminalRun, type RunRecord, type RunStatus, type StepSpec, type StepStatus } from '../store/run-types.js';
 
 /** Agent processes a step starts: the fan-out claim it made. */
 const claimsOf = (s: StepSpec): number => (s.kind === 'agent' ? 1 : s.members.length);
@@ -35,11 +36,17 @@ export function rebuildLedger(ledgerFile: string): Ledger {
     };
     const liveRoots = new Set<string>();
     const now = new Date().toISOString();
+    const queued: Array<{ rec: RunRecord; status: RunStatus }> = [];
     for (const runId of store.listRunIds()) {
       const status = safeStatus(store, runId);
       if (status && isTerminalRun(status.state)) continue;
       const rec = record(runId);
       if (!rec) continue;
+      // A queued run, or one a hand-off had not started yet: back into the queue (docs/limits.md, "The queue").
+      if (status && (status.state === 'queued' || (status.attempt !== undefined && status.startedAt === null))) {
+        queued.push({ rec, status });
+        continue;
+      }
       let live = runMayBeLive(store, runId);
       if (status?.state === 'running') {
         const running: StepStatus[] = status.steps.flatMap((st) => st.members ?? [st]).filter((st) => st.state === 'running');
@@ -76,8 +83,33 @@ export function rebuildLedger(ledgerFile: string): Ledger {
       const tree: TreeBudget = { used, limit: rootRec.limits.maxSpawns, maxDepth: rootRec.limits.maxDepth };
       l.trees[rootId] = tree;
     }
+    requeue(l, store, queued);
   } catch {
     return { v: 1, roots: {}, trees: {}, agents: {} };
   }
   return l;
+}
+
+/**
+ * Queued runs go back into the queue in their acceptance order (their creation times), with their claims, deadline
+ * and limit from `queued.json`; one a live process is handing a slot keeps that hand-off and its reservation.
+ */
+function requeue(l: Ledger, store: RunStore, runs: Array<{ rec: RunRecord; status: RunStatus }>): void {
+  runs.sort((a, b) => a.rec.createdAt.localeCompare(b.rec.createdAt));
+  const queue: Record<string, QueueEntry> = {};
+  let seq = 0;
+  for (const { rec, status } of runs) {
+    let launch: QueuedLaunch | null = null;
+    try { launch = readStateFile<QueuedLaunch>(path.join(store.paths(rec.runId).dir, QUEUED_LAUNCH_FILE), QueuedLaunchFile); } catch { /* damaged */ }
+    const claims = rec.steps.reduce((n, s) => n + claimsOf(s), 0);
+    const handing = status.state === 'starting' && isAlive(status.launcher) ? status.launcher! : null;
+    queue[rec.runId] = {
+      seq: ++seq, sessionId: rec.sessionId, at: rec.createdAt, deadline: launch?.deadline ?? Date.parse(rec.createdAt) + 3_600_000,
+      limit: launch?.limit ?? 8, claims, handshakeMs: rec.handshakeTimeoutMs,
+      handoff: status.attempt !== undefined ? { by: status.launcher ?? rec.server, attempt: status.attempt } : null,
+    };
+    l.trees[rec.runId] = { used: claims, limit: rec.limits.maxSpawns, maxDepth: rec.limits.maxDepth };
+    if (handing) l.roots[rec.runId] = { at: rec.createdAt, server: handing, runner: null, handshakeMs: rec.handshakeTimeoutMs };
+  }
+  if (seq > 0) { l.queue = queue; l.queueSeq = seq; }
 }

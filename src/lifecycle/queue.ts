@@ -8,7 +8,7 @@ import type { Layout } from '../store/layout.js';
 import { peekLedger, type Ledger, type QueueEntry } from '../store/ledger.js';
 import type { RunStore } from '../store/run-store.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
-import { QueuedLaunchFile, readStateFile } from '../store/state-files.js';
+import { QUEUED_LAUNCH_FILE, QueuedLaunchFile, readStateFile, type QueuedLaunch } from '../store/state-files.js';
 import { awaitReady, HandshakeFailure, proceedAndAwaitStart, type StartedRunner } from './handshake.js';
 import { withLedger } from './ledger.js';
 import { endRun } from './run-lifecycle.js';
@@ -21,15 +21,10 @@ import { endRun } from './run-lifecycle.js';
  * identity, and the next `handOff` of any process (a server's launch, listing or sweep) starts the run again.
  */
 
-/** The name of a queued run's launch file in its run directory (the runner's entry and environment). */
-export const QUEUED_LAUNCH_FILE = 'queued.json';
 /** The environment variable that tells a handed-off runner which start attempt it is. */
 export const ATTEMPT_ENV = 'SUBAGENTS_RUN_ATTEMPT';
 
-export interface QueuedLaunch {
-  runnerMain: string;
-  env: Record<string, string>;
-}
+export { QUEUED_LAUNCH_FILE, type QueuedLaunch };
 
 /** The queue in start order: acceptance order, which is round-robin across sessions by their oldest queued run. */
 export function queueOrder(l: Ledger): Array<[string, QueueEntry]> {

@@ -265,7 +265,8 @@ async function enqueueLaunch(ctx: ManagerContext, q: QueuedLaunchInput): Promise
   const { record, steps } = q;
   const runId = record.runId;
   const status: RunStatus = { ...q.status, state: 'queued' };
-  const launchFile: QueuedLaunch = { runnerMain: RUNNER_MAIN, env: runnerEnv(ctx, steps, treePassEnv(ctx, null), q.envFor) };
+  const deadline = Date.now() + q.queueTimeoutMs;
+  const launchFile: QueuedLaunch = { runnerMain: RUNNER_MAIN, env: runnerEnv(ctx, steps, treePassEnv(ctx, null), q.envFor), deadline, limit: settings.maxActiveRuns };
   let created: PublishedRun;
   try {
     const prepared = ctx.store.prepare(record, status, {
@@ -287,7 +288,7 @@ async function enqueueLaunch(ctx: ManagerContext, q: QueuedLaunchInput): Promise
       pruneAgentSlots(l);
       pruneRoots(l, settings.handshakeTimeoutMs, ctx.store);
       const pos = enqueueLocked(l, {
-        runId, sessionId: ctx.sessionId, deadline: Date.now() + q.queueTimeoutMs, limit: settings.maxActiveRuns,
+        runId, sessionId: ctx.sessionId, deadline, limit: settings.maxActiveRuns,
         claims: q.paths.length, claimPaths: q.paths, treeLimits: record.limits, maxQueued: settings.maxQueued,
         handshakeMs: record.handshakeTimeoutMs,
       });

@@ -86,6 +86,17 @@ export const LedgerFile = z.object({
   queueSeq: z.optional(z.number()),
 });
 
+/** The name of a queued run's launch file in its run directory. */
+export const QUEUED_LAUNCH_FILE = 'queued.json';
+
+/** What a queued run's launch file holds: the runner's entry and environment, and the queue entry's deadline and limit. */
+export interface QueuedLaunch {
+  runnerMain: string;
+  env: Record<string, string>;
+  deadline?: number;
+  limit?: number;
+}
+
 /** `runs/<id>/queued.json`: what the process that hands a queued run its slot needs to start its runner. */
 export const QueuedLaunchFile = z.looseObject({ runnerMain: z.string(), env: z.record(z.string(), z.string()) });
 

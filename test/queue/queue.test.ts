@@ -105,4 +105,18 @@ describe('a full home queues launches', () => {
     await until(() => Object.keys(queueLedger(t.home).roots).length === 0 && Object.keys(queueLedger(t.home).queue).length === 0, 'ledger empty');
     expect(stepStarts(t.home, late.runId)).toBe(0);
   });
+
+  it('a damaged ledger is rebuilt with its queue: the queued run keeps its place and still starts', async () => {
+    for (const n of ['a', 'b']) fs.rmSync(gate(n), { force: true });
+    const a = sc(await s.call('launch', { agent: 'wait', task: gate('a') }));
+    expect(a.state).toBe('running');
+    const b = sc(await s.call('launch', { agent: 'wait', task: gate('b') }));
+    expect(b.state).toBe('queued');
+    fs.writeFileSync(path.join(t.home, 'ledger.json'), '{ torn', { mode: 0o600 });
+    expect(sc(await s.call('status', { runId: b.runId })).queue).toEqual({ position: 1, length: 1 });
+    fs.writeFileSync(gate('b'), '');
+    fs.writeFileSync(gate('a'), '');
+    expect((await waitTerminal(s, b.runId)).state).toBe('completed');
+    expect(stepStarts(t.home, b.runId)).toBe(1);
+  });
 });
