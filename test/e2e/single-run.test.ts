@@ -25,7 +25,7 @@ describe('a single run end to end', () => {
     const l = sc(r);
     expect(l.runId).toMatch(/^r-/);
     expect(l.state).toBe('running');
-    expect(l.capacity).toEqual({ active: 1, limit: 8, queued: 0 });
+    expect(l.capacity).toEqual({ active: 1, limit: 8 });
     expect(l.fanout).toEqual({ used: 1, limit: 64, remaining: 63 });
     const fin = await waitTerminal(s, l.runId);
     expect(fin.state).toBe('completed');
