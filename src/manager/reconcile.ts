@@ -7,6 +7,7 @@ import { withLedger } from '../store/ledger.js';
 import { treeIsLive } from '../store/run-tree.js';
 import { isTerminalRun, isTerminalStep, type RunStatus, type StepError, type StepStatus } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';
+import { removeStaleWorktrees } from './isolation.js';
 
 const inflight = new Map<string, Promise<void>>();
 
@@ -89,6 +90,8 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
     return next;
   }, { durable: true });
   ctx.store.event(runId, { type: 'reconciled', state: after.state, error: after.error?.code ?? null });
+  // Its worktrees are removed now that nothing of the run runs; what their steps committed stays on the branches.
+  if (term.survivors.length === 0) await removeStaleWorktrees(ctx, runId);
   // A runner killed mid-write leaves its temp files behind (the rename never came); it is proven gone now. So does a
   // server killed while writing a cancel request or an append: every writer that is gone.
   removeStaleTemps(paths.dir, null);
