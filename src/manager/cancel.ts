@@ -58,7 +58,8 @@ export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?:
           // A root whose tree still lives keeps its slot; capacity pruning returns it once the tree has ended.
           if (record.depth === 0 && !treeIsLive(l, ctx.store, runId)) { delete l.roots[runId]; delete l.trees[runId]; }
         }).catch(() => {});
-        await removeStaleWorktrees(ctx, runId);
+        // Not awaited: deleting a large worktree must not hold up the answer (gc sweeps what an exit cuts short).
+        void removeStaleWorktrees(ctx, runId);
       }
     }
     // The runner exits right after recording the end (ledger release, last event): wait for that as well, within the

@@ -6,6 +6,7 @@ import { listAll, type RunMeta } from './listing.js';
 import { freshStatus } from './run-status.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { deleteBranches, removeEndedRunsWorktrees, runBranches } from './isolation.js';
+import { isAlive } from '../process/identity.js';
 
 /** What retention decided for one run tree (a top-level run and the runs nested under it go together). */
 export interface GcCandidate {
@@ -78,7 +79,8 @@ export async function collectGarbage(ctx: ManagerContext, o: { olderThanMs: numb
   // Worktrees left by runs that ended (whatever their age): stale the moment their run ended. Branches stay.
   if (!o.dryRun) {
     report.worktreesRemoved = await removeEndedRunsWorktrees(ctx, async (id) => {
-      try { const s = await freshStatus(ctx, id); return isTerminalRun(s.state); } catch { return !ctx.store.readRecord(id); }
+      // A runner still alive after its run's end is removing them itself.
+      try { const s = await freshStatus(ctx, id); return isTerminalRun(s.state) && !isAlive(s.runner); } catch { return !safeRecord(ctx, id); }
     });
   }
   for (const [root, members] of trees) {
@@ -137,4 +139,8 @@ function removeLeftoverTrash(ctx: ManagerContext): void {
   let names: string[] = [];
   try { names = fs.readdirSync(ctx.layout.runsDir); } catch { return; }
   for (const n of names) if (n.startsWith('.gc-')) fs.rmSync(path.join(ctx.layout.runsDir, n), { recursive: true, force: true });
+}
+
+function safeRecord(ctx: ManagerContext, runId: string): unknown {
+  try { return ctx.store.readRecord(runId); } catch { return null; }
 }

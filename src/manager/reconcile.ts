@@ -90,8 +90,6 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
     return next;
   }, { durable: true });
   ctx.store.event(runId, { type: 'reconciled', state: after.state, error: after.error?.code ?? null });
-  // Its worktrees are removed now that nothing of the run runs; what their steps committed stays on the branches.
-  if (term.survivors.length === 0) await removeStaleWorktrees(ctx, runId);
   // A runner killed mid-write leaves its temp files behind (the rename never came); it is proven gone now. So does a
   // server killed while writing a cancel request or an append: every writer that is gone.
   removeStaleTemps(paths.dir, null);
@@ -100,6 +98,10 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
     try { writeFileAtomic(ctx.store.paths(c.runId).cancelRequest, JSON.stringify({ at: new Date().toISOString(), reason: 'PARENT_ENDED' })); } catch { /* gone */ }
   }
   if (term.survivors.length === 0 && ours) await releaseLedger(ctx, runId, record.depth === 0, record.rootRunId, after);
+  // Its worktrees go now that nothing of the run runs (what their steps committed stays on the branches). Not
+  // awaited: deleting thousands of files must not hold up the status answer that waits for this reconciliation;
+  // gc sweeps what an exiting process cuts short.
+  if (term.survivors.length === 0 && ours) void removeStaleWorktrees(ctx, runId);
 }
 
 /**

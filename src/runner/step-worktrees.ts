@@ -87,10 +87,11 @@ export class StepWorktrees {
   }
 
   /**
-   * Commits everything the agent left, records `changes` and the patch, and removes the worktree (the branch stays).
+   * Commits everything the agent left, records `changes` and the patch, and removes the worktree unless told to
+   * leave it for the run's end (the branch stays).
    * Returns null, or why the work could not be committed (the step then fails; its worktree is removed at the run's end).
    */
-  async finish(st: StepStatus, w: StepWorktree): Promise<string | null> {
+  async finish(st: StepStatus, w: StepWorktree, o: { removeNow: boolean }): Promise<string | null> {
     const wt = await this.load();
     const iso = this.iso!;
     try {
@@ -106,6 +107,7 @@ export class StepWorktrees {
     } catch (e) {
       return `its changes could not be committed to ${w.branch} (${(e as Error).message.slice(0, 300)})`;
     }
+    if (!o.removeNow) return null;
     await wt.removeWorktree(w.marker).catch(() => {});
     fs.rmSync(w.markerFile, { force: true });
     this.live.delete(st.key);

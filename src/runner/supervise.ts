@@ -190,6 +190,9 @@ class Executor {
     }
     if (!this.ledgerReleased) await this.releaseLedger();
     this.store.event(this.runId, { type: 'ended', state: this.status.state });
+    // Worktrees still there (a stopped step leaves its own) go after the end is published: deleting thousands of
+    // files must not hold up a cancel's answer. The branches stay.
+    await this.worktrees.removeAll();
     // Servers write into a live run's directory too (a cancel request, an append), and one killed mid-write leaves its
     // temp file; nobody else looks at the directory of a run that ended normally. Only writers proven gone.
     removeStaleTemps(this.paths.dir, null);
@@ -311,7 +314,7 @@ class Executor {
       try {
         worktree = await this.worktrees.prepare(st, signal);
       } catch (e) {
-        return this.endUnstartable(st, slotKey, `step ${st.key}: its git worktree could not be made (${(e as Error).message.slice(0, 300)})`);
+        return this.endUnstartable(st, slotKey, signal.aborted ? null : `step ${st.key}: its git worktree could not be made (${(e as Error).message.slice(0, 300)})`);
       }
     }
     const budget = this.mintBudget(st.key);
@@ -384,7 +387,8 @@ class Executor {
             : { code: 'STEP_FAILED', message: `agent ${spec.agent.name} exited with ${result.signal ? `signal ${result.signal}` : `code ${result.exitCode}`}${this.stderrWhy(st.key)}` };
     }
     // Whatever way the agent ended, its work is committed to the step's branch (a failed or stopped step's too).
-    const uncommitted = worktree ? await this.worktrees.finish(st, worktree) : null;
+    // A stopped step's worktree is left for the run's end, after its state is published (see run()).
+    const uncommitted = worktree ? await this.worktrees.finish(st, worktree, { removeNow: !signal.aborted }) : null;
     if (uncommitted !== null && ok) {
       ok = false;
       st.state = 'failed';
@@ -504,16 +508,19 @@ class Executor {
     const find = () => findRunProcesses({ pgids: [this.me.pid], token: this.record.runToken, since: this.me.startTime, exclude: [process.pid] });
     const r = await terminateProcesses(find, this.record.killGraceMs);
     if (r.survivors.length) this.status.survivors = r.survivors.map((p) => ({ pid: p.pid, startTime: p.startTime }));
-    // Worktrees are leftovers too, once no process of the run can be using them; the branches stay.
-    await this.worktrees.removeAll();
   }
 
-  /** A step whose agent could not be started (its worktree could not be made): failed, its slot returned. */
-  private async endUnstartable(st: StepStatus, slotKey: string, message: string): Promise<StepOutcome> {
+  /**
+   * A step whose agent could not be started because its worktree could not be made: failed with `message`, or,
+   * when the run or group was being stopped meanwhile (`message` null), cancelled like a stopped agent. Its slot goes back.
+   */
+  private async endUnstartable(st: StepStatus, slotKey: string, message: string | null): Promise<StepOutcome> {
     if (this.record.mode !== 'single') await releaseAgentSlot(this.layout, slotKey).catch(() => {});
-    st.state = 'failed';
+    st.state = message === null ? 'cancelled' : 'failed';
     st.endedAt = new Date().toISOString();
-    st.error = { code: 'STEP_FAILED', message };
+    st.error = message === null
+      ? { code: this.stopReason === 'TIMEOUT' ? 'TIMEOUT' : this.stopReason ?? 'CANCELLED', message: `step ${st.key} was stopped` }
+      : { code: 'STEP_FAILED', message };
     await this.write();
     this.store.event(this.runId, { type: 'step-ended', step: st.key, state: st.state, exitCode: null, signal: null });
     return { ok: false, ran: true, text: NO_TEXT, error: st.error };

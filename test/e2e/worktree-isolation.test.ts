@@ -8,7 +8,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { branchesLike, changedFiles, checkoutState, extraWorktrees, gitIn, makeRepo } from '../helpers/git-repo.js';
 import { FIXTURE_AGENTS } from '../helpers/paths.js';
-import { ok, until, waitStatus } from '../helpers/runs.js';
+import { ok, procIdentity, until, waitStatus } from '../helpers/runs.js';
 import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 
@@ -69,6 +69,12 @@ describe('worktree isolation', () => {
     expect(text).toContain('diff --git a/src/new.txt b/src/new.txt');
     expect(text).toContain('+changed');
     expect(text).toContain('deleted file mode');
+    // `show` prints the branch and the counts, and the patch file.
+    const { spawnSync } = await import('node:child_process');
+    const { MAIN_JS } = await import('../helpers/paths.js');
+    const show = spawnSync(process.execPath, [MAIN_JS, 'show', l.runId], { env: { ...process.env, SUBAGENTS_HOME: t.home }, encoding: 'utf8' });
+    expect(show.stdout).toContain(`branch: ${branch} at ${step.changes.commit.slice(0, 12)} (from ${base.slice(0, 12)}): 3 file(s), +2 -10`);
+    expect(show.stdout).toMatch(/patch: {2}.*out\/0\.patch/);
     unchanged();
   });
 
@@ -205,7 +211,8 @@ describe('worktree isolation', () => {
     expect(fin.steps[1].state).toBe('cancelled');
     expect(fin.steps[1].changes).toMatchObject({ files: 1 });
     expect(changedFiles(repo, base, `subagents/${l.runId}/1`)).toEqual(['by-hand.txt', 'partial.txt']);
-    expect(fs.existsSync(path.join(t.home, 'worktrees', l.runId))).toBe(false);
+    // A stopped step's worktree goes right after the run's end is published.
+    expect(await until(() => !fs.existsSync(path.join(t.home, 'worktrees', l.runId)), 20_000)).toBe(true);
     expect(extraWorktrees(repo)).toEqual([]);
     unchanged();
   });
@@ -235,7 +242,9 @@ describe('worktree isolation', () => {
 
   it('gc removes ended runs and keeps their branches, unless --branches', async () => {
     const l = await ok(s, 'launch', { agent: 'editor', task: JSON.stringify({ write: { 'gc.txt': 'gc\n' } }), cwd: 'repo', isolation: 'worktree' });
-    await waitTerminal(s, l.runId);
+    const ended = await waitTerminal(s, l.runId);
+    // gc leaves a run's worktrees to its runner while that still lives (it removes them after the end).
+    expect(await until(() => procIdentity(ended.runnerPid) === null, 20_000)).toBe(true);
     const { spawnSync } = await import('node:child_process');
     const { MAIN_JS } = await import('../helpers/paths.js');
     const gc = (args: string[]) => spawnSync(process.execPath, [MAIN_JS, 'gc', '--older-than', '0s', '--json', ...args], { env: { ...process.env, SUBAGENTS_HOME: t.home }, encoding: 'utf8' });
