@@ -55,8 +55,23 @@ export function gitEnv(extra: Record<string, string> = {}): Record<string, strin
   return { ...env, GIT_TERMINAL_PROMPT: '0', GIT_OPTIONAL_LOCKS: '0', LC_ALL: 'C', ...extra };
 }
 
+/** The umask git commands run with, when set (the runner: the user's own, see setGitUmask). */
+let gitUmask: number | null = null;
+
+/**
+ * Git then creates files and directories as the user would: the worktree's checkout and the new branch's ref in the
+ * user's repository, not the 0600/0700 of the runner's own umask.
+ */
+export function setGitUmask(umask: number): void {
+  gitUmask = umask;
+}
+
 export async function git(args: string[], o: GitOptions): Promise<GitResult> {
-  const r = await execa(o.git ?? 'git', [...SAFE_CONFIG, ...args], {
+  // The spawn happens inside the execa call, synchronously: the umask is the child's for that moment only.
+  const previousUmask = gitUmask !== null ? process.umask(gitUmask) : null;
+  let running;
+  try {
+    running = execa(o.git ?? 'git', [...SAFE_CONFIG, ...args], {
     cwd: o.cwd,
     env: gitEnv(o.env),
     extendEnv: false,
@@ -71,6 +86,10 @@ export async function git(args: string[], o: GitOptions): Promise<GitResult> {
     stripFinalNewline: true,
     encoding: 'utf8',
   });
+  } finally {
+    if (previousUmask !== null) process.umask(previousUmask);
+  }
+  const r = await running;
   const stderr = typeof r.stderr === 'string' ? r.stderr : '';
   const what = `git ${args[0] ?? ''}`;
   if (r.timedOut) throw new GitError('timeout', `${what} did not finish within ${o.timeoutMs} ms`);

@@ -150,6 +150,8 @@ export async function changeStats(cwd: string, base: string, commit: string, git
 
 /** The patch from `base` to `commit`, written to `file` (binary files named, not included). */
 export async function writePatch(cwd: string, base: string, commit: string, file: string, gitBin: string): Promise<void> {
+  // Made here, private and never through a symlink, before git's output is written into it.
+  fs.closeSync(fs.openSync(file, fs.constants.O_CREAT | fs.constants.O_TRUNC | fs.constants.O_WRONLY | fs.constants.O_NOFOLLOW, 0o600));
   await git(['diff', '--no-color', '--no-ext-diff', '--no-textconv', base, commit, '--'], { cwd, git: gitBin, timeoutMs: SETUP_TIMEOUT_MS, stdoutFile: file });
 }
 

@@ -44,7 +44,10 @@ export class StepWorktrees {
   }
 
   private async load(): Promise<WorktreeModule> {
-    this.mod ??= await import('../process/worktree.js');
+    if (this.mod === null) {
+      this.mod = await import('../process/worktree.js');
+      (await import('../process/git.js')).setGitUmask(this.record.umask);
+    }
     return this.mod;
   }
 

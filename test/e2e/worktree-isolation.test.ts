@@ -123,6 +123,21 @@ describe('worktree isolation', () => {
     unchanged();
   });
 
+  it('a step appended with an isolated agent to a run launched without isolation starts from HEAD', async () => {
+    const started = path.join(t.base, 'append-started');
+    // Step 0 runs in the checkout itself (not isolated): it only waits, it writes nothing.
+    const l = await ok(s, 'launch', { chain: [{ agent: 'editor', task: JSON.stringify({ startedFile: started, sleepMs: 1500 }) }], cwd: 'repo/src' });
+    expect(await until(() => fs.existsSync(started), 30_000)).toBe(true);
+    await ok(s, 'append', { runId: l.runId, step: { agent: 'iso-editor', task: JSON.stringify({ write: { 'appended.txt': 'a\n' } }) } });
+    const fin = await waitTerminal(s, l.runId);
+    expect(fin.state).toBe('completed');
+    expect(fin.steps[0].changes).toBeUndefined();
+    expect(fin.steps[1].changes).toMatchObject({ branch: `subagents/${l.runId}/1`, base, files: 1 });
+    // The same relative place: the run's cwd was repo/src.
+    expect(changedFiles(repo, base, `subagents/${l.runId}/1`)).toEqual(['src/appended.txt']);
+    unchanged();
+  });
+
   it('baseRef and a detached HEAD: the base is the commit they name', async () => {
     const first = gitIn(repo, ['rev-parse', 'HEAD~1']);
     gitIn(repo, ['tag', 'v-first', first]);
