@@ -131,6 +131,7 @@ export const AgentsOutput = z.object({
     available: z.boolean(), problem: z.string().optional(),
     warnings: z.array(z.string()).optional().describe('What the definition asks for that its backend ignores or cannot do here (e.g. delegate: true on pi or command; a claude agent at full under root); the agent stays launchable'),
     models: z.array(z.string()).optional(),
+    isolation: z.literal('worktree').optional().describe('Each step of this agent runs in its own git worktree and branch'),
   })),
   refused: z.array(z.object({ name: z.string().optional(), path: z.string(), source: z.string(), reason: z.string() })),
   backends: z.array(z.object({

@@ -138,6 +138,12 @@ describe('worktree isolation', () => {
     unchanged();
   });
 
+  it('the agents tool says which agents are isolated', async () => {
+    const list = await ok(s, 'agents', {});
+    expect(list.agents.find((a: any) => a.name === 'iso-editor').isolation).toBe('worktree');
+    expect(list.agents.find((a: any) => a.name === 'editor').isolation).toBeUndefined();
+  });
+
   it('baseRef and a detached HEAD: the base is the commit they name', async () => {
     const first = gitIn(repo, ['rev-parse', 'HEAD~1']);
     gitIn(repo, ['tag', 'v-first', first]);
