@@ -55,9 +55,13 @@ export async function repoOf(cwd: string, gitBin: string): Promise<RepoInfo> {
   return { toplevel, commonDir: safeRealpath(commonDir), cwdRel: rel.startsWith('..') ? '' : rel };
 }
 
-/** The commit a ref names (`HEAD`, a branch, a tag, a sha…), or null when there is none. */
+/**
+ * The commit a ref names (`HEAD`, a branch, a tag, a sha…), or null when there is none. A ref starting with `-` is
+ * none (it would be read as an option; `--end-of-options` is too recent for some gits still in use).
+ */
 export async function resolveCommit(repo: string, ref: string, gitBin: string): Promise<string | null> {
-  const r = await git(['rev-parse', '--verify', '--quiet', '--end-of-options', `${ref}^{commit}`], { cwd: repo, git: gitBin, timeoutMs: QUICK_TIMEOUT_MS, okExitCodes: [1, 128] });
+  if (ref.startsWith('-')) return null;
+  const r = await git(['rev-parse', '--verify', '--quiet', `${ref}^{commit}`], { cwd: repo, git: gitBin, timeoutMs: QUICK_TIMEOUT_MS, okExitCodes: [1, 128] });
   return r.exitCode === 0 && /^[0-9a-f]{40,64}$/.test(r.stdout) ? r.stdout : null;
 }
 
