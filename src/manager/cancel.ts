@@ -7,6 +7,7 @@ import { DirWatch } from '../wait.js';
 import type { ManagerContext } from './context.js';
 import { requireVisible } from './listing.js';
 import { reconcileRun } from './reconcile.js';
+import { removeStaleWorktrees } from './isolation.js';
 import { freshStatus } from './run-status.js';
 
 export interface CancelResult {
@@ -54,6 +55,8 @@ export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?:
       const runner = s.runner;
       const term = await terminateProcesses(() => findRunProcesses({ pgids: runnerGroups(runner), token: record.runToken, since: runner.startTime, exclude: [process.pid] }), 0, 500);
       s = (await endRun(ctx, record, { state: 'cancelled', error: { code: 'CANCELLED', message: 'the run was cancelled' }, survivors: term.survivors })).status;
+      // Not awaited: deleting a large worktree must not hold up the answer (gc sweeps what an exit cuts short).
+      if (term.survivors.length === 0) void removeStaleWorktrees(ctx, runId);
     }
     // The runner exits right after recording the end (ledger release, last event): wait for that as well, within the
     // same bound, so that an answer of "cancelled" means no process of the run is left.
