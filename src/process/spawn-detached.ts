@@ -52,6 +52,16 @@ export function spawnerSettled(): Promise<boolean> {
   });
 }
 
+/**
+ * Ends the spawner thread, for a process about to exit: terminating it alongside the shutdown's other work spares
+ * the exit a thread teardown of tens of ms. Spawns asked for afterwards happen on the calling thread.
+ */
+export function stopSpawner(): Promise<void> {
+  const w = worker;
+  workerBroken = true;
+  return w ? w.terminate().then(() => {}, () => {}) : Promise.resolve();
+}
+
 function spawnHere(argv: string[], options: DetachedOptions): DetachedChild {
   const child = startDetached(argv, options);
   const d = new DetachedChild(child.pid);
