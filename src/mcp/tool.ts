@@ -23,6 +23,8 @@ export interface ToolDefinition {
   title: string;
   description: string;
   annotations: ToolAnnotations;
+  /** Set for a tool a client may call as an MCP task (only launch: ./tasks.ts). */
+  execution?: { taskSupport: 'optional' };
   input: z.ZodType;
   output: z.ZodType;
   handler: (args: unknown, extra: ToolExtra, env: ToolEnv) => Promise<CallToolResult>;

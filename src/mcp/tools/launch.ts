@@ -60,6 +60,8 @@ export const launchTool: ToolDefinition = {
     'Call agents first to see which agents exist.',
   ].join(' '),
   annotations: { title: 'Launch a subagent run', readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: true },
+  // A task-augmented call is the run as an MCP task (../tasks.ts); a plain call still answers at once.
+  execution: { taskSupport: 'optional' },
   input: LaunchInput,
   output: LaunchOutput,
   async handler(args, extra, env) {
