@@ -126,11 +126,15 @@ runBench(async () => {
     const t0 = now();
     const r = await next.call('launch', { agent: 'echo', task: 'after the shutdowns' }, { allowError: true });
     const launchMs = now() - t0;
-    const listed = (await next.call('status', { all: true })).structuredContent;
-    const states = {};
-    for (const run of listed.runs) states[run.state] = (states[run.state] ?? 0) + 1;
     await next.close();
-    note(`afterwards: ${left.locks.length} lock dirs ${JSON.stringify(left.locks)}, ${left.temps.length} temp files; `
+    // Every run's recorded state (each round's server was its own session: read the files, not a listing).
+    const states = {};
+    for (const id of fs.readdirSync(path.join(h.home, 'runs'))) {
+      let state = 'unreadable';
+      try { state = JSON.parse(fs.readFileSync(path.join(h.home, 'runs', id, 'status.json'), 'utf8')).state; } catch { /* counted as such */ }
+      states[state] = (states[state] ?? 0) + 1;
+    }
+    note(`afterwards: ${left.locks.length} lock dirs ${JSON.stringify(left.locks)}, ${left.temps.length} temp files ${JSON.stringify(left.temps)}; `
       + `next launch ${r.isError ? `refused: ${r.content[0].text.slice(0, 80)}` : 'answered'} in ${launchMs.toFixed(0)} ms; run states ${JSON.stringify(states)}`);
   } finally {
     await reapHome(h.home, 100);
