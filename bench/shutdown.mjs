@@ -8,7 +8,7 @@
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { FAKE_AGENT, FIXTURES, MAIN_JS, note, now, reapHome, report, runBench, serverEnv, sleep, startServer, stats, tempHome, writeAgent } from './lib.mjs';
+import { FAKE_AGENT, FIXTURES, MAIN_JS, note, now, processesOfHome, reapHome, report, runBench, serverEnv, sleep, startServer, stats, tempHome, writeAgent } from './lib.mjs';
 
 const ROUNDS = Math.max(1, Number(process.env.BENCH_SHUTDOWN_ROUNDS) || 50);
 
@@ -134,7 +134,16 @@ runBench(async () => {
       try { state = JSON.parse(fs.readFileSync(path.join(h.home, 'runs', id, 'status.json'), 'utf8')).state; } catch { /* counted as such */ }
       states[state] = (states[state] ?? 0) + 1;
     }
-    note(`afterwards: ${left.locks.length} lock dirs ${JSON.stringify(left.locks)}, ${left.temps.length} temp files ${JSON.stringify(left.temps)}; `
+    // Whose each lock is: the run's state, and whether a process of that run (its runner) still lives.
+    const lockInfo = left.locks.map((l) => {
+      const m = /^runs\/([^/]+)\//.exec(l);
+      if (!m) return l;
+      let state = '?';
+      try { state = JSON.parse(fs.readFileSync(path.join(h.home, 'runs', m[1], 'status.json'), 'utf8')).state; } catch { /* unreadable */ }
+      const live = processesOfHome(h.home).some((pid) => { try { return fs.readFileSync(`/proc/${pid}/cmdline`, 'latin1').includes(m[1]); } catch { return false; } });
+      return `${l} (run ${state}, runner ${live ? 'alive' : 'gone'})`;
+    });
+    note(`afterwards: ${left.locks.length} lock dirs ${JSON.stringify(lockInfo)}, ${left.temps.length} temp files ${JSON.stringify(left.temps)}; `
       + `next launch ${r.isError ? `refused: ${r.content[0].text.slice(0, 80)}` : 'answered'} in ${launchMs.toFixed(0)} ms; run states ${JSON.stringify(states)}`);
   } finally {
     await reapHome(h.home, 100);
