@@ -121,4 +121,18 @@ describe('MCP Tasks over runs', () => {
     expect((other as McpError).message).toMatch(/Only launch runs as a task/);
     await expect(tasks().getTask('r-doesnotexist000000000000')).rejects.toThrow(/not found/i);
   });
+
+  it('another session sees none of these tasks: get, result and cancel answer not found, list leaves them out', async () => {
+    const mine = (await createTask({ agent: 'echo', task: 'mine' })).task.taskId;
+    const other = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root }, { capabilities: { tasks: { list: {}, cancel: {} } } });
+    try {
+      const theirs = other.client.experimental.tasks;
+      await expect(theirs.getTask(mine)).rejects.toThrow(/Task not found: RUN_NOT_FOUND/);
+      await expect(theirs.getTaskResult(mine, CallToolResultSchema)).rejects.toThrow(/Task not found/);
+      await expect(theirs.cancelTask(mine)).rejects.toThrow(/Task not found/);
+      expect((await theirs.listTasks()).tasks).toEqual([]);
+    } finally {
+      await other.close();
+    }
+  });
 });
