@@ -9,13 +9,14 @@
  * once the CLI exits (it stops servers with SIGINT, SIGTERM 100 ms later, SIGKILL at 500 ms); and Claude Code's MCP
  * log for the server has no error: no progress note for an unknown token, no failed SIGINT, a clean close.
  */
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterAll, describe, expect, it } from 'vitest';
 import { installCli } from '../helpers/install-clis.js';
+import { networkNamespacePrefix } from '../helpers/netns.js';
 import { MAIN_JS } from '../helpers/paths.js';
 import { until } from '../helpers/runs.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
@@ -27,16 +28,7 @@ const RUN_TIMEOUT_MS = 120_000;
 const claude = await installCli('claude');
 if (claude.problem) process.stderr.write(`[claude-code-host] SKIPPED: ${claude.problem}\n`);
 
-/** `unshare -n` (root) or `-rn` (user namespaces) with loopback up, when the machine allows one; else nothing. */
-const NETNS_PREFIX = ((): string[] => {
-  const upLo = ['sh', '-c', 'ip link set lo up 2>/dev/null || /sbin/ip link set lo up; exec "$@"', 'sh'];
-  for (const unshare of [['unshare', '-n', '--'], ['unshare', '-rn', '--']]) {
-    const prefix = [...unshare, ...upLo];
-    if (spawnSync(prefix[0]!, [...prefix.slice(1), 'true'], { stdio: 'ignore', timeout: 10_000 }).status === 0) return prefix;
-  }
-  process.stderr.write('[claude-code-host] no network namespace available: the CLI talks only to the loopback mock anyway\n');
-  return [];
-})();
+const NETNS_PREFIX = networkNamespacePrefix('claude-code-host');
 
 /** Live processes whose command line contains `needle` (and, with `envEntry`, whose environment has that entry). */
 function processesWith(needle: string, envEntry?: string): number[] {
