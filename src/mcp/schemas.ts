@@ -105,11 +105,11 @@ export const StatusOutput = z.object({
   next: z.string().optional().describe('What to do next: wait again with status while the run is active, or where its output is once it ended'),
 });
 
-/** What to call next, in words a model acts on: some clients show the model only structuredContent (docs/tools.md). */
+/** What to call next, in words a model acts on: some clients show the model only structuredContent (docs/clients.md). */
 const Next = z.string().describe('What to do next, e.g. the status call that waits for the run');
 
 /**
- * launch's answer, and also (for a task-augmented launch, docs/tools.md "MCP Tasks") the task's result, which is the
+ * launch's answer, and also (for a task-augmented launch, docs/clients.md "MCP Tasks") the task's result, which is the
  * ended run's status: clients validate a task's result against this schema, so every field of a run's status is
  * admitted here, optional.
  */

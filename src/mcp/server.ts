@@ -1,9 +1,9 @@
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import {
-  CallToolRequestSchema, CancelTaskRequestSchema, CompleteRequestSchema, GetTaskPayloadRequestSchema, GetTaskRequestSchema, ListTasksRequestSchema, ListResourcesRequestSchema, ListResourceTemplatesRequestSchema,
-  ListToolsRequestSchema, ReadResourceRequestSchema, SubscribeRequestSchema, UnsubscribeRequestSchema,
+  CallToolRequestSchema, CancelTaskRequestSchema, CompleteRequestSchema, GetTaskPayloadRequestSchema, GetTaskRequestSchema,
+  ListResourcesRequestSchema, ListResourceTemplatesRequestSchema, ListTasksRequestSchema, ListToolsRequestSchema,
+  ReadResourceRequestSchema, SubscribeRequestSchema, UnsubscribeRequestSchema, type CallToolResult, type CreateTaskResult,
 } from '@modelcontextprotocol/sdk/types.js';
-import type { CallToolResult, CreateTaskResult } from '@modelcontextprotocol/sdk/types.js';
 import type { Core, CoreOptions } from './core.js';
 import { readToolList } from './tool-list.js';
 
