@@ -14,12 +14,13 @@ import { createServer } from './server.js';
 const PARENT_CHECK_MS = 500;
 /**
  * Shutdown, docs/clients.md: Claude Code sends SIGINT, SIGTERM 100 ms later and SIGKILL at 500 ms, and never closes
- * stdin. In-flight launches get ABANDON_WAIT_MS to record their abandonment (a few ms: a status write, a SIGKILL of a
- * runner that never proceeded, the reservation returned); the lock sections under way then finish; the process exits.
- * EXIT_BOUND_MS is the backstop for a stuck file system, below the host's SIGKILL.
+ * stdin. In-flight launches get up to ABANDON_WAIT_MS to record their abandonment (tens of ms: a status write, a
+ * SIGKILL of a runner that never proceeded, the reservation returned; several times that on a loaded machine); the
+ * lock sections under way then finish; the process exits. An idle server waits for none of it. EXIT_BOUND_MS is the
+ * backstop for a stuck file system, below the host's SIGKILL.
  */
-const ABANDON_WAIT_MS = 60;
-const EXIT_BOUND_MS = 400;
+const ABANDON_WAIT_MS = 250;
+const EXIT_BOUND_MS = 450;
 
 function log(line: string): void {
   // stderr only: stdout is the protocol stream.
