@@ -49,11 +49,20 @@ export function compareCursors(a: Cursor, b: Cursor): number {
  */
 const MTIME_SLACK_MS = 2000;
 
+/** How long a run that ended is still followed for the line that logs its end. */
+const END_LINE_GRACE_MS = 10_000;
+
+/** Lines that end a run in its log: the runner's, a reconciliation's, a failed handshake's, the canceller's. */
+const END_TYPES = new Set(['ended', 'reconciled', 'handshake-failed']);
+
 /** Where each run's log is read from next, and what the follower knows of the run. */
 interface Followed {
   offset: number;
   meta: RunMeta | null;
+  /** Followed: not terminal, or terminal so recently that the log's last line may still be on its way. */
   active: boolean;
+  /** The log has a line that ends the run (the runner writes it just after the terminal status). */
+  sawEnd: boolean;
   watcher: fs.FSWatcher | null;
   outWatcher: fs.FSWatcher | null;
 }
@@ -124,7 +133,7 @@ export class HomeFeed {
     const since = this.o.since;
     const replay: HomeEvent[] = [];
     for (const runId of this.ctx.store.listRunIds()) {
-      const f: Followed = { offset: 0, meta: null, active: false, watcher: null, outWatcher: null };
+      const f: Followed = { offset: 0, meta: null, active: false, sawEnd: false, watcher: null, outWatcher: null };
       this.runs.set(runId, f);
       const file = this.ctx.store.paths(runId).events;
       let size = 0;
@@ -171,7 +180,7 @@ export class HomeFeed {
       }
       for (const runId of names) {
         if (this.runs.has(runId)) continue;
-        const f: Followed = { offset: 0, meta: null, active: true, watcher: null, outWatcher: null };
+        const f: Followed = { offset: 0, meta: null, active: true, sawEnd: false, watcher: null, outWatcher: null };
         this.runs.set(runId, f);
         events.push(...this.readFrom(runId, f)); // a new run: every line of its log is new
         this.refreshActive(runId, f);
@@ -209,7 +218,9 @@ export class HomeFeed {
     let s: RunStatus | null = null;
     try { s = this.ctx.store.readStatus(runId); } catch { s = null; }
     // A run without a readable status is damaged (or half-removed): it is not followed, the poll finds it removed.
-    f.active = s !== null && !isTerminalRun(s.state);
+    // An ended run is followed a little longer, until its log says so: the runner logs the end after recording it.
+    const endedMs = s?.endedAt ? Date.parse(s.endedAt) : NaN;
+    f.active = s !== null && (!isTerminalRun(s.state) || (!f.sawEnd && Date.now() - endedMs < END_LINE_GRACE_MS));
     const dir = this.ctx.store.paths(runId).dir;
     if (f.active && !f.watcher) {
       try {
@@ -262,6 +273,7 @@ export class HomeFeed {
       const e = parseLine(line);
       if (!e) continue; // unparsable lines are skipped, as every reader of the log does
       const tsMs = Date.parse(e.ts);
+      if (END_TYPES.has(e.type)) f.sawEnd = true;
       out.push({
         cursor: formatCursor({ tsMs, runId, offset }),
         ts: e.ts, type: e.type, runId,
