@@ -12,6 +12,7 @@ import { launchChromium, screenshotDir } from './browser.js';
 import { startUi, type UiProcess } from './ui-process.js';
 
 const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
+const DELEGATE = path.join(FIXTURE_AGENTS, 'delegating-agent.mjs');
 const GATED = path.join(import.meta.dirname, '..', 'cli', 'fixtures', 'gated-agent.mjs');
 const HTML = '<script>window.__pwned=1</script><b id="bold">bold</b><img src=x onerror="window.__pwned=2">';
 
@@ -55,6 +56,7 @@ describe('the dashboard in a real browser', { timeout: 240_000 }, () => {
     writeAgent(agents, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
     writeAgent(agents, 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
     writeAgent(agents, 'gated', { backend: 'command', command: ['node', GATED, gate('one'), '0'] });
+    writeAgent(agents, 'delegate', { backend: 'command', command: ['node', DELEGATE, 'delegate'], delegate: true });
     writeAgent(agents, 'html', { backend: 'command', command: ['node', '-e', `process.stdout.write(${JSON.stringify(HTML)})`] });
     // A damaged run directory: the page must say so and go on.
     fs.mkdirSync(path.join(t.home, 'runs', 'r-DAMAGEDDAMAGEDDAMAGED000'), { recursive: true, mode: 0o700 });
@@ -125,6 +127,19 @@ describe('the dashboard in a real browser', { timeout: 240_000 }, () => {
     await cli(['cancel', sleeping], { SUBAGENTS_HOME: t.home });
   });
 
+  it('shows a nested run under its parent step', async () => {
+    const root = await launch({ agent: 'delegate', task: JSON.stringify({ launches: [{ agent: 'echo', task: 'from the child', label: 'nested echo' }], wait: true }), label: 'a delegating run' });
+    await waitTerminal(s, root);
+    await page.goto(`${ui.base}/#/`);
+    await page.locator(`tr[data-run="${root}"]`).waitFor({ timeout: 15_000 });
+    const next = page.locator(`tr[data-run="${root}"] + tr`);
+    await expect.poll(() => next.locator('.nest').textContent(), { timeout: 15_000 }).toContain('step 0');
+    expect(await next.locator('td.label').textContent()).toBe('nested echo');
+    expect(await next.getAttribute('class')).toBe('lvl1');
+    await page.goto(`${ui.base}/#/run/${root}`);
+    await expect.poll(() => page.locator('ul.children li').count(), { timeout: 15_000 }).toBe(1);
+  });
+
   it('shows a new launch and its state change on screen without a reload', async () => {
     await page.goto(`${ui.base}/#/`);
     await page.locator('table.runs').waitFor();
@@ -193,5 +208,9 @@ describe('the dashboard in a real browser', { timeout: 240_000 }, () => {
     await page.locator('a.back').click();
     await page.locator('table.runs').waitFor();
     expect(await page.locator(`tr[data-run="${runId}"]`).count()).toBe(0);
+    await shot('tree-after');
+    await page.emulateMedia({ colorScheme: 'dark' });
+    await shot('tree-dark');
+    await page.emulateMedia({ colorScheme: 'light' });
   });
 });
