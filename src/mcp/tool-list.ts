@@ -10,6 +10,7 @@ export interface ListedTool {
   annotations: Record<string, unknown>;
   inputSchema: { type: 'object' } & Record<string, unknown>;
   outputSchema: { type: 'object' } & Record<string, unknown>;
+  _meta?: Record<string, unknown>;
 }
 
 /**

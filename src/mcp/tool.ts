@@ -23,6 +23,8 @@ export interface ToolDefinition {
   title: string;
   description: string;
   annotations: ToolAnnotations;
+  /** Published as the tool's `_meta` (the MCP App's resource for `dashboard`). */
+  meta?: Record<string, unknown>;
   input: z.ZodType;
   output: z.ZodType;
   handler: (args: unknown, extra: ToolExtra, env: ToolEnv) => Promise<CallToolResult>;

@@ -74,10 +74,28 @@ export class HomeModel {
   /** Run directories whose record could not be read (damaged or being created): counted, not listed. */
   private readonly damaged = new Set<string>();
 
-  constructor(private readonly ctx: ManagerContext) {}
+  /**
+   * `scope`: the runs this view may show. The command line's dashboard shows the whole home (the person owns it); an
+   * MCP session's view shows the runs that session sees, and no other run exists for it.
+   */
+  constructor(private readonly ctx: ManagerContext, private readonly scope?: ModelScope) {}
 
   load(): void {
-    for (const runId of this.ctx.store.listRunIds()) this.refresh(runId);
+    for (const runId of this.scope?.runIds() ?? this.ctx.store.listRunIds()) this.refresh(runId);
+  }
+
+  /** Catches up without a feed (the MCP view, asked now and then): new runs, active runs read again, removed ones dropped. */
+  sync(): void {
+    const ids = new Set(this.scope?.runIds() ?? this.ctx.store.listRunIds());
+    for (const runId of this.rows.keys()) if (!ids.has(runId)) this.rows.delete(runId);
+    for (const runId of ids) {
+      const row = this.rows.get(runId);
+      if (!row || !isTerminalRun(row.state as RunStatus['state'])) this.refresh(runId);
+    }
+  }
+
+  private allowed(runId: string): boolean {
+    return isRunId(runId) && (this.scope?.allows(runId) ?? true);
   }
 
   /** Reads the run again (or drops it when it is gone). */
@@ -194,7 +212,7 @@ export class HomeModel {
 
   /** Everything the run page shows, or null when the run is gone (removed while its page is open) or unreadable. */
   detail(runId: string): RunDetail | null {
-    if (!isRunId(runId)) return null;
+    if (!this.allowed(runId)) return null;
     this.refresh(runId);
     const row = this.rows.get(runId);
     if (!row) return null;
@@ -235,7 +253,7 @@ export class HomeModel {
 
   /** The last `maxBytes` of a step's output (on a character boundary), with the file's size. */
   outputTail(runId: string, key: string, maxBytes: number): { key: string; text: string; bytes: number; from: number } | null {
-    if (!isRunId(runId) || !/^\d{1,6}(\.\d{1,6})?$/.test(key)) return null;
+    if (!this.allowed(runId) || !/^\d{1,6}(\.\d{1,6})?$/.test(key)) return null;
     const file = this.ctx.store.paths(runId).output(key);
     let fd: number;
     try { fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW); } catch { return { key, text: '', bytes: 0, from: 0 }; }
@@ -251,6 +269,11 @@ export class HomeModel {
       fs.closeSync(fd);
     }
   }
+}
+
+export interface ModelScope {
+  runIds: () => string[];
+  allows: (runId: string) => boolean;
 }
 
 export interface StepView {

@@ -6,7 +6,7 @@ export type { Gauges, ListPage, ListQuery, RunDetail, RunRow, StepView, TreeNode
 export interface OutputTail { key: string; text: string; bytes: number; from: number }
 
 /** What the server announces: runs whose files changed, runs with new output, the gauges now. */
-export interface Change { runs: string[]; output: string[]; gauges?: Gauges }
+export interface Change { runs: string[]; output: string[]; gauges?: Gauges; /** Refresh whatever is shown (the MCP App's poll). */ all?: boolean }
 
 export type ActionResult = { error?: { code: string; message: string } } & Record<string, unknown>;
 
