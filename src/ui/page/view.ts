@@ -80,6 +80,15 @@ export class Dashboard {
 
   start(): void {
     window.addEventListener('hashchange', () => this.route());
+    // In-page links change the fragment of this document itself: in a host's srcdoc frame a "#…" link would resolve
+    // against the host's address and navigate the frame away.
+    document.addEventListener('click', (e) => {
+      const a = (e.target as Element | null)?.closest?.('a[href^="#"]');
+      if (!a || e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
+      e.preventDefault();
+      const href = a.getAttribute('href')!;
+      if (location.hash === href) this.route(); else location.hash = href;
+    });
     document.addEventListener('keydown', (e) => {
       const t = e.target as HTMLElement | null;
       const typing = t && (t.tagName === 'INPUT' || t.tagName === 'SELECT' || t.tagName === 'TEXTAREA');
