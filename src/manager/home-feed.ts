@@ -74,6 +74,8 @@ export interface FeedOptions {
   onEvents?: (events: HomeEvent[]) => void;
   /** Runs whose files changed (status, new run, removed run, new output), at most once per scan each. */
   onChange?: (runIds: string[], o: { output: string[] }) => void;
+  /** Runs known to have ended and logged their end (the caller read them): with `since: null` they are not read at all. */
+  settled?: (runId: string) => boolean;
   /** The backing check of active runs (file events are the fast path). */
   pollMs?: number;
 }
@@ -135,6 +137,7 @@ export class HomeFeed {
     for (const runId of this.ctx.store.listRunIds()) {
       const f: Followed = { offset: 0, meta: null, active: false, sawEnd: false, watcher: null, outWatcher: null };
       this.runs.set(runId, f);
+      if (since === null && this.o.settled?.(runId)) { f.sawEnd = true; continue; } // ended: never read again
       const file = this.ctx.store.paths(runId).events;
       let size = 0;
       let mtimeMs = 0;

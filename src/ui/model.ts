@@ -4,6 +4,7 @@ import type { ManagerContext } from '../manager/context.js';
 import { readEvents } from '../store/event-log.js';
 import { peekLedger } from '../store/ledger.js';
 import { isTerminalRun, type RunRecord, type RunStatus, type StepStatus } from '../store/run-types.js';
+import type { RowCache } from './row-cache.js';
 
 /** One run as the dashboard lists it. Labels and agent names are untrusted text: the page renders them as text. */
 export interface RunRow {
@@ -45,6 +46,9 @@ export interface ListPage {
 }
 
 const ACTIVE_STATES = new Set(['queued', 'starting', 'running']);
+const newestFirst = (a: RunRow, b: RunRow) => (a.createdAt < b.createdAt ? 1 : a.createdAt > b.createdAt ? -1 : 0);
+
+interface Shape { roots: RunRow[]; byParent: Map<string, RunRow[]>; sessions: string[]; agents: string[] }
 export const MAX_PAGE_SIZE = 200;
 const EVENTS_SHOWN = 300;
 
@@ -73,25 +77,50 @@ export class HomeModel {
   private readonly rows = new Map<string, RunRow>();
   /** Run directories whose record could not be read (damaged or being created): counted, not listed. */
   private readonly damaged = new Set<string>();
+  /** Rows taken from the cache whose dismissal is not looked at yet (rows say "not dismissed" meanwhile). */
+  private readonly unchecked = new Set<string>();
+  /** Ended rows the cache does not hold yet. */
+  private cacheBehind = false;
+  /** Where the round-robin audit of ended runs goes on. */
+  private auditAt = 0;
+  /** `shapeOf`'s answer until a run comes or goes. */
+  private shape: Shape | null = null;
 
   /**
    * `scope`: the runs this view may show. The command line's dashboard shows the whole home (the person owns it); an
-   * MCP session's view shows the runs that session sees, and no other run exists for it.
+   * MCP session's view shows the runs that session sees, and no other run exists for it. `cache`: rows of ended runs
+   * kept between starts (the command line's dashboard).
    */
-  constructor(private readonly ctx: ManagerContext, private readonly scope?: ModelScope) {}
+  constructor(private readonly ctx: ManagerContext, private readonly scope?: ModelScope, private readonly cache?: RowCache) {}
 
   load(): void {
-    for (const runId of this.scope?.runIds() ?? this.ctx.store.listRunIds()) this.refresh(runId);
+    const cached = this.cache?.read() ?? new Map<string, RunRow>();
+    for (const runId of this.scope?.runIds() ?? this.ctx.store.listRunIds()) {
+      const c = cached.get(runId);
+      if (c && isTerminalRun(c.state as RunStatus['state'])) {
+        this.rows.set(runId, { ...c, dismissed: false });
+        this.unchecked.add(runId);
+        this.shape = null;
+      } else {
+        this.refresh(runId);
+      }
+    }
   }
 
   /** Catches up without a feed (the MCP view, asked now and then): new runs, active runs read again, removed ones dropped. */
   sync(): void {
     const ids = new Set(this.scope?.runIds() ?? this.ctx.store.listRunIds());
-    for (const runId of this.rows.keys()) if (!ids.has(runId)) this.rows.delete(runId);
+    for (const runId of this.rows.keys()) if (!ids.has(runId)) { this.rows.delete(runId); this.shape = null; }
     for (const runId of ids) {
       const row = this.rows.get(runId);
       if (!row || !isTerminalRun(row.state as RunStatus['state'])) this.refresh(runId);
     }
+  }
+
+  /** An ended run this model has read: the home feed need not look at it (terminal is final). */
+  settled(runId: string): boolean {
+    const row = this.rows.get(runId);
+    return row !== undefined && isTerminalRun(row.state as RunStatus['state']);
   }
 
   private allowed(runId: string): boolean {
@@ -102,7 +131,11 @@ export class HomeModel {
   refresh(runId: string): void {
     if (!isRunId(runId)) return;
     const dir = this.ctx.store.paths(runId).dir;
-    if (!fs.existsSync(dir)) { this.rows.delete(runId); this.damaged.delete(runId); return; }
+    if (!fs.existsSync(dir)) {
+      if (this.rows.delete(runId)) this.shape = null;
+      this.damaged.delete(runId); this.unchecked.delete(runId);
+      return;
+    }
     let row = this.rows.get(runId);
     if (!row) {
       let record: RunRecord | null = null;
@@ -116,7 +149,9 @@ export class HomeModel {
         costUsd: null, dismissed: false,
       };
       this.rows.set(runId, row);
+      this.shape = null;
     }
+    const wasEnded = isTerminalRun(row.state as RunStatus['state']);
     try {
       const s = this.ctx.store.readStatus(runId);
       if (s) {
@@ -128,20 +163,37 @@ export class HomeModel {
       row.state = 'corrupt';
       row.error = { code: 'STATE_CORRUPT', message: (e as Error).message.slice(0, 300) };
     }
+    if (!wasEnded && isTerminalRun(row.state as RunStatus['state'])) this.cacheBehind = true;
     row.dismissed = this.ctx.store.isDismissed(runId);
+    this.unchecked.delete(runId);
   }
 
-  /** Drops runs that were removed and takes dismissals made by other processes (ended runs get no file events). */
-  audit(): string[] {
+  private checkDismissed(row: RunRow): void {
+    row.dismissed = this.ctx.store.isDismissed(row.runId);
+    this.unchecked.delete(row.runId);
+  }
+
+  /**
+   * Looks at up to `count` ended runs for a dismissal by another process (they have no file watch), round robin, and
+   * first at the rows taken from the cache. Returns the runs found dismissed. Removals are the home feed's (`runs/`).
+   */
+  audit(count: number): string[] {
     const changed: string[] = [];
-    for (const row of this.rows.values()) {
-      if (row.dismissed) continue;
-      if (this.ctx.store.isDismissed(row.runId) || !fs.existsSync(this.ctx.store.paths(row.runId).dir)) {
-        this.refresh(row.runId);
-        changed.push(row.runId);
-      }
-    }
+    const look = (row: RunRow) => { if (row.dismissed) return; this.checkDismissed(row); if (row.dismissed) changed.push(row.runId); };
+    for (const runId of [...this.unchecked].slice(0, count)) { const r = this.rows.get(runId); if (r) look(r); else this.unchecked.delete(runId); }
+    const left = count - changed.length;
+    const all = [...this.rows.values()];
+    for (let i = 0; i < Math.min(left, all.length); i++) look(all[(this.auditAt + i) % all.length]!);
+    this.auditAt = all.length ? (this.auditAt + left) % all.length : 0;
     return changed;
+  }
+
+  /** Writes the ended rows to the cache when it lacks some. */
+  async saveCache(): Promise<void> {
+    if (!this.cache || !this.cacheBehind) return;
+    this.cacheBehind = false;
+    const ended = [...this.rows.values()].filter((r) => isTerminalRun(r.state as RunStatus['state']));
+    await this.cache.write(ended).catch(() => { this.cacheBehind = true; });
   }
 
   row(runId: string): RunRow | undefined { return this.rows.get(runId); }
@@ -162,8 +214,9 @@ export class HomeModel {
   }
 
   /** Top-level runs newest first, each with its nested runs, filtered (a tree shows when any of its runs matches), paged. */
-  list(q: ListQuery): ListPage {
-    const pageSize = Math.min(MAX_PAGE_SIZE, Math.max(1, Math.floor(q.pageSize ?? 50)));
+  /** Roots newest first, children by parent, sessions and agents: rebuilt only when runs come or go (rows change in place). */
+  private shapeOf(): Shape {
+    if (this.shape) return this.shape;
     const byParent = new Map<string, RunRow[]>();
     const roots: RunRow[] = [];
     const sessions = new Set<string>();
@@ -178,14 +231,22 @@ export class HomeModel {
       if (r.depth === 0) sessions.add(r.sessionId);
       for (const a of r.agents) agents.add(a);
     }
-    const newestFirst = (a: RunRow, b: RunRow) => (a.createdAt < b.createdAt ? 1 : a.createdAt > b.createdAt ? -1 : 0);
-    const oldestFirst = (a: RunRow, b: RunRow) => -newestFirst(a, b);
+    for (const kids of byParent.values()) kids.sort((a, b) => -newestFirst(a, b));
+    this.shape = { roots: roots.sort(newestFirst), byParent, sessions: [...sessions].sort(), agents: [...agents].sort() };
+    return this.shape;
+  }
+
+  /** Top-level runs newest first, each with its nested runs, filtered (a tree shows when any of its runs matches), paged. */
+  list(q: ListQuery): ListPage {
+    const pageSize = Math.min(MAX_PAGE_SIZE, Math.max(1, Math.floor(q.pageSize ?? 50)));
+    const { roots, byParent, sessions, agents } = this.shapeOf();
     const build = (r: RunRow, seen: Set<string>): TreeNode => {
       seen.add(r.runId);
-      const kids = (byParent.get(r.runId) ?? []).filter((k) => !seen.has(k.runId)).sort(oldestFirst);
+      const kids = (byParent.get(r.runId) ?? []).filter((k) => !seen.has(k.runId));
       return { run: r, children: kids.map((k) => build(k, seen)) };
     };
     const text = q.q?.trim().toLowerCase() ?? '';
+    const filtered = (q.state !== undefined && q.state !== 'all') || !!q.session || !!q.agent || !!text;
     const matches = (r: RunRow): boolean => {
       if (q.state && q.state !== 'all') {
         if (q.state === 'active' ? !ACTIVE_STATES.has(r.state) : q.state === 'ended' ? !isTerminalRun(r.state as RunStatus['state']) : r.state !== q.state) return false;
@@ -196,18 +257,21 @@ export class HomeModel {
       return true;
     };
     const anyMatch = (n: TreeNode): boolean => matches(n.run) || n.children.some(anyMatch);
-    const trees: TreeNode[] = [];
-    for (const r of roots.sort(newestFirst)) {
+    // Without a filter every tree matches: only the page's trees are built.
+    const shown: Array<RunRow | TreeNode> = [];
+    const wanted = Math.max(1, Math.floor(q.page ?? 1)) * pageSize;
+    for (const r of roots) {
+      // A cached row's dismissal is looked at when the page needs it (the audit gets to the others).
+      if (!q.all && this.unchecked.has(r.runId) && shown.length <= wanted) this.checkDismissed(r);
       if (!q.all && r.dismissed) continue;
+      if (!filtered) { shown.push(r); continue; }
       const tree = build(r, new Set());
-      if (anyMatch(tree)) trees.push(tree);
+      if (anyMatch(tree)) shown.push(tree);
     }
-    const pages = Math.max(1, Math.ceil(trees.length / pageSize));
+    const pages = Math.max(1, Math.ceil(shown.length / pageSize));
     const page = Math.min(pages, Math.max(1, Math.floor(q.page ?? 1)));
-    return {
-      trees: trees.slice((page - 1) * pageSize, page * pageSize), total: trees.length, page, pageSize, pages,
-      sessions: [...sessions].sort(), agents: [...agents].sort(), gauges: this.gauges(), now: new Date().toISOString(),
-    };
+    const trees = shown.slice((page - 1) * pageSize, page * pageSize).map((x) => ('run' in x ? x : build(x, new Set())));
+    return { trees, total: shown.length, page, pageSize, pages, sessions, agents, gauges: this.gauges(), now: new Date().toISOString() };
   }
 
   /** Everything the run page shows, or null when the run is gone (removed while its page is open) or unreadable. */

@@ -10,6 +10,7 @@ import { HomeFeed } from '../manager/home-feed.js';
 import { DIST_DIR } from '../paths.js';
 import { cookieName, cookieValue, hostAllowed, newUiToken, originAllowed, sameSecret, sessionCookie } from './auth.js';
 import { HomeModel, MAX_PAGE_SIZE } from './model.js';
+import { RowCache } from './row-cache.js';
 
 /** The page's files, built once by `npm run build` (scripts/build-ui.mjs) into dist/page/. */
 export const UI_DIR = path.join(DIST_DIR, 'page');
@@ -35,8 +36,13 @@ const TYPES: Record<string, string> = {
   '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8', '.css': 'text/css; charset=utf-8',
 };
 
-/** How often ended runs are checked for a dismissal or removal by another process (they have no file watch). */
-const AUDIT_MS = 5000;
+/**
+ * Ended runs are checked for a dismissal by another process (they have no file watch) this many at a time, this often:
+ * with 10 000 runs a dismissal from the command line shows within ~40 s, with 1 000 within 5 s, and the idle server
+ * does not stat every run of the home every few seconds. The dashboard's own dismissals show at once.
+ */
+const AUDIT_MS = 2000;
+const AUDIT_RUNS = 500;
 /** SSE comment lines keep idle connections from being cut by anything in between. */
 const HEARTBEAT_MS = 25_000;
 const OUTPUT_TAIL_DEFAULT = 16 * 1024;
@@ -62,7 +68,7 @@ export async function startUiServer(ctx: ManagerContext, o: UiOptions = {}): Pro
       throw new Error(`the dashboard's page is not built (${path.join(UI_DIR, name)} is missing); run npm run build`);
     }
   }
-  const model = new HomeModel(ctx);
+  const model = new HomeModel(ctx, undefined, new RowCache(ctx.settings.home));
   model.load();
   const clients = new Set<ServerResponse>();
   const broadcast = (event: string, data: unknown) => {
@@ -71,6 +77,7 @@ export async function startUiServer(ctx: ManagerContext, o: UiOptions = {}): Pro
   };
   const feed = new HomeFeed(ctx, {
     since: null,
+    settled: (runId) => model.settled(runId),
     pollMs: o.pollMs,
     onChange: (runIds, { output }) => {
       for (const id of runIds) model.refresh(id);
@@ -78,9 +85,11 @@ export async function startUiServer(ctx: ManagerContext, o: UiOptions = {}): Pro
     },
   });
   await feed.start();
+  void model.saveCache();
   const audit = setInterval(() => {
-    const changed = model.audit();
+    const changed = model.audit(AUDIT_RUNS);
     if (changed.length) broadcast('change', { runs: changed, output: [], gauges: model.gauges() });
+    void model.saveCache();
   }, AUDIT_MS);
   audit.unref();
   const heartbeat = setInterval(() => { for (const c of clients) c.write(': idle\n\n'); }, HEARTBEAT_MS);
