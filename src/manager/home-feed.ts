@@ -87,6 +87,8 @@ export interface FeedOptions {
  */
 export class HomeFeed {
   private readonly runs = new Map<string, Followed>();
+  /** The runs followed now (what the poll reads): a few, however many runs the home holds. */
+  private readonly activeIds = new Set<string>();
   private dirWatcher: fs.FSWatcher | null = null;
   private timer: NodeJS.Timeout | null = null;
   private runsSig: string | null = null;
@@ -122,6 +124,7 @@ export class HomeFeed {
     this.dirWatcher?.close();
     for (const f of this.runs.values()) { f.watcher?.close(); f.outWatcher?.close(); }
     this.runs.clear();
+    this.activeIds.clear();
   }
 
   /** The runs the feed knows, with whether each is still active. */
@@ -179,6 +182,7 @@ export class HomeFeed {
         if (names.has(runId)) continue;
         f.watcher?.close(); f.outWatcher?.close();
         this.runs.delete(runId); // removed (gc): nothing more will come from it
+        this.activeIds.delete(runId);
         changed.add(runId);
       }
       for (const runId of names) {
@@ -192,7 +196,7 @@ export class HomeFeed {
     }
     const all = this.wantAll;
     this.wantAll = false;
-    const ids = all ? [...this.runs].filter(([, f]) => f.active).map(([id]) => id) : [...this.dirty];
+    const ids = all ? [...this.activeIds] : [...this.dirty];
     this.dirty.clear();
     for (const runId of ids) {
       const f = this.runs.get(runId);
@@ -224,6 +228,7 @@ export class HomeFeed {
     // An ended run is followed a little longer, until its log says so: the runner logs the end after recording it.
     const endedMs = s?.endedAt ? Date.parse(s.endedAt) : NaN;
     f.active = s !== null && (!isTerminalRun(s.state) || (!f.sawEnd && Date.now() - endedMs < END_LINE_GRACE_MS));
+    if (f.active) this.activeIds.add(runId); else this.activeIds.delete(runId);
     const dir = this.ctx.store.paths(runId).dir;
     if (f.active && !f.watcher) {
       try {

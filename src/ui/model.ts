@@ -83,6 +83,8 @@ export class HomeModel {
   private cacheBehind = false;
   /** Where the round-robin audit of ended runs goes on. */
   private auditAt = 0;
+  /** The top-level runs of the last page served. */
+  private lastShown: string[] = [];
   /** `shapeOf`'s answer until a run comes or goes. */
   private shape: Shape | null = null;
 
@@ -174,17 +176,26 @@ export class HomeModel {
   }
 
   /**
-   * Looks at up to `count` ended runs for a dismissal by another process (they have no file watch), round robin, and
-   * first at the rows taken from the cache. Returns the runs found dismissed. Removals are the home feed's (`runs/`).
+   * Looks at up to `count` runs for a dismissal by another process (ended runs have no file watch), first the rows
+   * taken from the cache, then round robin over the top-level runs (what the tree hides when dismissed). Returns the
+   * runs found dismissed. Removals are the home feed's (`runs/`).
    */
   audit(count: number): string[] {
     const changed: string[] = [];
-    const look = (row: RunRow) => { if (row.dismissed) return; this.checkDismissed(row); if (row.dismissed) changed.push(row.runId); };
-    for (const runId of [...this.unchecked].slice(0, count)) { const r = this.rows.get(runId); if (r) look(r); else this.unchecked.delete(runId); }
-    const left = count - changed.length;
-    const all = [...this.rows.values()];
-    for (let i = 0; i < Math.min(left, all.length); i++) look(all[(this.auditAt + i) % all.length]!);
-    this.auditAt = all.length ? (this.auditAt + left) % all.length : 0;
+    let budget = count;
+    const look = (row: RunRow) => { budget--; if (row.dismissed) return; this.checkDismissed(row); if (row.dismissed) changed.push(row.runId); };
+    // The runs a page showed last come first: a dismissal elsewhere of a run on screen shows at the next tick.
+    for (const runId of this.lastShown) { const r = this.rows.get(runId); if (r) { budget++; look(r); } }
+    for (const runId of this.unchecked) {
+      if (budget <= 0) break;
+      const r = this.rows.get(runId);
+      if (r) look(r); else this.unchecked.delete(runId);
+    }
+    if (budget <= 0) return changed;
+    const { roots } = this.shapeOf();
+    const n = Math.min(budget, roots.length);
+    for (let i = 0; i < n; i++) look(roots[(this.auditAt + i) % roots.length]!);
+    this.auditAt = roots.length ? (this.auditAt + n) % roots.length : 0;
     return changed;
   }
 
@@ -271,6 +282,7 @@ export class HomeModel {
     const pages = Math.max(1, Math.ceil(shown.length / pageSize));
     const page = Math.min(pages, Math.max(1, Math.floor(q.page ?? 1)));
     const trees = shown.slice((page - 1) * pageSize, page * pageSize).map((x) => ('run' in x ? x : build(x, new Set())));
+    this.lastShown = trees.map((t) => t.run.runId);
     return { trees, total: shown.length, page, pageSize, pages, sessions, agents, gauges: this.gauges(), now: new Date().toISOString() };
   }
 
