@@ -8,7 +8,7 @@ import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { chromium } from 'playwright-core';
-import { FAKE_AGENT, MAIN_JS, SAMPLES, cleanEnv, cpuMs, generateFinishedRuns, note, now, reapHome, report, runBench, scaled, serverEnv, sleep, startServer, stats, tempHome, templateRun, wallNow, writeAgent } from './lib.mjs';
+import { FAKE_AGENT, MAIN_JS, SAMPLES, cleanEnv, cpuMs, generateFinishedRuns, note, now, reapHome, report, runBench, scaled, serverEnv, sleep, startServer, stats, tempHome, templateRun, watchFloor, writeAgent } from './lib.mjs';
 
 const CHROMIUM = process.env.CHROMIUM ?? '/usr/bin/chromium';
 const BIG = Number(process.env.BENCH_UI_RUNS) || 10_000;
@@ -28,37 +28,6 @@ function startUi(home) {
     });
     child.on('exit', (code) => reject(new Error(`ui exited ${code}: ${err}`)));
   });
-}
-
-/** fs.watch delivery of a rename made by another process: the ui server's own wake-up. */
-async function watchFloor(dir, n) {
-  const writer = spawn(process.execPath, ['-e', `
-    const fs = require('fs'); const path = require('path'); const dir = process.argv[1];
-    process.stdin.on('data', (d) => { for (const c of d.toString()) if (c === '\\n') {
-      const f = path.join(dir, 'status.json'); const t = f + '.tmp';
-      fs.writeFileSync(t, String(performance.timeOrigin + performance.now())); fs.renameSync(t, f);
-    } });`, dir], { stdio: ['pipe', 'ignore', 'inherit'], env: cleanEnv() });
-  const xs = [];
-  const file = path.join(dir, 'status.json');
-  for (let i = 0; i < n + 3; i++) {
-    try { fs.unlinkSync(file); } catch { /* first */ }
-    const seen = new Promise((resolve) => {
-      const w = fs.watch(dir, () => {
-        let stamp;
-        try { stamp = Number(fs.readFileSync(file, 'utf8')); } catch { return; }
-        if (!stamp) return;
-        const at = wallNow();
-        w.close();
-        resolve(at - stamp);
-      });
-    });
-    writer.stdin.write('\n');
-    const d = await seen;
-    if (i >= 3) xs.push(d);
-    await sleep(20);
-  }
-  writer.kill();
-  return xs;
 }
 
 runBench(async () => {

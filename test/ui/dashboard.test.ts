@@ -8,7 +8,7 @@ import { FIXTURE_AGENTS } from '../helpers/paths.js';
 import { procIdentity, until } from '../helpers/runs.js';
 import { sc, startServer, waitTerminal, type Started } from '../helpers/server.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
-import { launchChromium, screenshotDir } from './browser.js';
+import { firstAgentPid, launchChromium, screenshotDir } from './browser.js';
 import { startUi, type UiProcess } from './ui-process.js';
 
 const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
@@ -166,12 +166,7 @@ describe('the dashboard in a real browser', { timeout: 240_000 }, () => {
 
   it('cancels from the page after a confirmation, and the agent process is gone', async () => {
     const runId = await launch({ agent: 'sleeper', task: 'to be cancelled' });
-    let pid: number | null = null;
-    await until(() => {
-      const st = JSON.parse(fs.readFileSync(path.join(t.home, 'runs', runId, 'status.json'), 'utf8')) as { steps: Array<{ process: { pid: number } | null }> };
-      pid = st.steps[0]?.process?.pid ?? null;
-      return pid !== null;
-    }, 15_000);
+    const pid = await firstAgentPid(t.home, runId);
     expect(pid).not.toBeNull();
     expect(procIdentity(pid!)).not.toBeNull();
     await page.goto(`${ui.base}/#/run/${runId}`);

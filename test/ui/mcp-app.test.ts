@@ -6,7 +6,7 @@ import { FIXTURE_AGENTS, REPO } from '../helpers/paths.js';
 import { procIdentity, until } from '../helpers/runs.js';
 import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
-import { launchChromium, screenshotDir } from './browser.js';
+import { firstAgentPid, launchChromium, screenshotDir } from './browser.js';
 
 const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
 const URI = 'ui://subagents/dashboard';
@@ -94,12 +94,7 @@ describe('the dashboard as an MCP App', { timeout: 240_000 }, () => {
 
   it('renders in a host frame through the bridge: the tree, a run page, and cancel through the cancel tool', async () => {
     const runId = sc(await s.call('launch', { agent: 'sleeper', task: 'to be cancelled from the app', label: 'app run' })).runId as string;
-    let pid: number | null = null;
-    await until(() => {
-      const st = JSON.parse(fs.readFileSync(path.join(t.home, 'runs', runId, 'status.json'), 'utf8')) as { steps: Array<{ process: { pid: number } | null }> };
-      pid = st.steps[0]?.process?.pid ?? null;
-      return pid !== null;
-    }, 15_000);
+    const pid = await firstAgentPid(t.home, runId);
     const html = (await s.client.readResource({ uri: URI })).contents[0]! as { text: string };
     page = await browser.newPage({ viewport: { width: 1240, height: 800 } });
     const calls: string[] = [];

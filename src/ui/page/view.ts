@@ -1,5 +1,6 @@
 // The dashboard's page: the run tree and the run page, drawn from the JSON the backend gives. Every text that came
 // from a run (labels, agent names, output, events, errors) goes into the DOM as text nodes, never as HTML.
+import { formatDuration } from '../../cli/format.js';
 import type { Backend, Change, Gauges, ListPage, ListQuery, RunDetail, RunRow, StepView, TreeNode } from './types.js';
 
 type Child = Node | string | null | undefined | false;
@@ -17,19 +18,6 @@ export function h(tag: string, attrs: Record<string, string | number | boolean |
 
 const ACTIVE = new Set(['queued', 'starting', 'running']);
 const isActive = (state: string) => ACTIVE.has(state);
-
-export function formatDuration(ms: number | null): string {
-  if (ms === null || !Number.isFinite(ms)) return '–';
-  if (ms < 0) ms = 0;
-  if (ms < 10_000) return `${(ms / 1000).toFixed(1)}s`;
-  const s = Math.round(ms / 1000);
-  if (s < 60) return `${s}s`;
-  const m = Math.floor(s / 60);
-  if (m < 60) return `${m}m${String(s % 60).padStart(2, '0')}s`;
-  const hr = Math.floor(m / 60);
-  if (hr < 48) return `${hr}h${String(m % 60).padStart(2, '0')}m`;
-  return `${Math.floor(hr / 24)}d${String(hr % 24).padStart(2, '0')}h`;
-}
 
 function age(iso: string | null, now: number): string {
   if (!iso) return '–';
