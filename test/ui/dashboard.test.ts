@@ -56,6 +56,7 @@ describe('the dashboard in a real browser', { timeout: 240_000 }, () => {
     writeAgent(agents, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
     writeAgent(agents, 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
     writeAgent(agents, 'gated', { backend: 'command', command: ['node', GATED, gate('one'), '0'] });
+    writeAgent(agents, 'gated-two', { backend: 'command', command: ['node', GATED, gate('two'), '0'] });
     writeAgent(agents, 'delegate', { backend: 'command', command: ['node', DELEGATE, 'delegate'], delegate: true });
     writeAgent(agents, 'html', { backend: 'command', command: ['node', '-e', `process.stdout.write(${JSON.stringify(HTML)})`] });
     // A damaged run directory: the page must say so and go on.
@@ -152,7 +153,7 @@ describe('the dashboard in a real browser', { timeout: 240_000 }, () => {
     expect(await page.evaluate(() => (window as unknown as { __same?: number }).__same)).toBe(42);
   });
 
-  it('grows the timeline while a step runs, and follows the output', async () => {
+  it('grows the timeline while a step runs', async () => {
     const runId = await launch({ chain: [{ agent: 'echo', task: 'first step' }, { agent: 'sleeper', task: 'second step' }], label: 'a chain' });
     await page.goto(`${ui.base}/#/run/${runId}`);
     const bar = page.locator('.tl-row[data-key="1"] .bar');
@@ -162,6 +163,16 @@ describe('the dashboard in a real browser', { timeout: 240_000 }, () => {
     await expect.poll(width, { timeout: 15_000 }).toBeGreaterThan(w1 + 2);
     await shot('run-page');
     await cli(['cancel', runId], { SUBAGENTS_HOME: t.home });
+  });
+
+  it('follows a running step\'s output on its run page', async () => {
+    const runId = await launch({ agent: 'gated-two', task: 'print, wait, print' });
+    await page.goto(`${ui.base}/#/run/${runId}`);
+    await expect.poll(() => page.locator('pre.output').textContent(), { timeout: 15_000 }).toBe('first\n');
+    expect(await page.locator('h2.title .badge').textContent()).toBe('running');
+    fs.writeFileSync(gate('two'), '');
+    await expect.poll(() => page.locator('pre.output').textContent(), { timeout: 15_000 }).toBe('first\nsecond\n');
+    await expect.poll(() => page.locator('h2.title .badge').textContent(), { timeout: 15_000 }).toBe('completed');
   });
 
   it('cancels from the page after a confirmation, and the agent process is gone', async () => {
@@ -182,7 +193,7 @@ describe('the dashboard in a real browser', { timeout: 240_000 }, () => {
     expect(await until(() => procIdentity(pid!) === null, 10_000)).toBe(true);
   });
 
-  it('shows an agent that prints HTML as text, and a label as text', async () => {
+  it('shows an agent that prints HTML as text, and a label as text; dismisses after a confirmation', async () => {
     const runId = await launch({ agent: 'html', task: 'x', label: '<i id="lbl">label</i>' });
     await waitTerminal(s, runId);
     await page.goto(`${ui.base}/#/run/${runId}`);
@@ -191,6 +202,17 @@ describe('the dashboard in a real browser', { timeout: 240_000 }, () => {
     expect(await page.locator('#lbl').count()).toBe(0);
     expect(await page.locator('h2.title').textContent()).toContain('<i id="lbl">label</i>');
     expect(await page.evaluate(() => (window as unknown as { __pwned?: number }).__pwned)).toBeUndefined();
+    // Dismiss, confirmed: the run leaves the tree, and comes back with "dismissed" ticked.
+    await page.locator('#act-dismiss').click();
+    await page.locator('#confirm-yes').click();
+    await expect.poll(() => page.locator('#act-dismiss').count(), { timeout: 15_000 }).toBe(0);
+    expect(fs.existsSync(path.join(t.home, 'runs', runId, 'dismissed.json'))).toBe(true);
+    await page.locator('a.back').click();
+    await page.locator('table.runs').waitFor();
+    expect(await page.locator(`tr[data-run="${runId}"]`).count()).toBe(0);
+    await page.locator('#all').check();
+    await page.locator(`tr[data-run="${runId}"]`).waitFor({ timeout: 15_000 });
+    await page.locator('#all').uncheck();
   });
 
   it('says so when an open run is removed under it (gc), without breaking', async () => {
