@@ -20,12 +20,31 @@ export function parseSince(text: string | undefined, nowMs = Date.now()): Cursor
   throw new CliError(`--since ${JSON.stringify(text.slice(0, 60))} is not a cursor (copy one from an earlier line), "start", or an age such as 10m`, EXIT_USAGE);
 }
 
+/** A run's agent by step key (`0`, `2.1`), from its record, for lines that name only the step. */
+const agentsByRun = new Map<string, Map<string, string>>();
+
+function stepAgent(ctx: ManagerContext, runId: string, key: string): string | undefined {
+  let m = agentsByRun.get(runId);
+  if (!m) {
+    m = new Map();
+    try {
+      ctx.store.readRecord(runId)?.steps.forEach((s, i) => {
+        if (s.kind === 'agent') m!.set(String(i), s.agent.name);
+        else s.members.forEach((x, j) => m!.set(`${i}.${j}`, x.agent.name));
+      });
+    } catch { /* unreadable: the line names the step only */ }
+    agentsByRun.set(runId, m);
+  }
+  return m.get(key);
+}
+
 /** What a line says about the event, for people: the step, the agent, the state, the exit, the error. */
-function details(e: HomeEvent): string {
+function details(e: HomeEvent, ctx?: ManagerContext): string {
   const f = e.fields;
   const parts: string[] = [];
   if (typeof f.step === 'string') parts.push(`step ${f.step}`);
-  if (typeof f.agent === 'string') parts.push(oneLine(f.agent, 40));
+  const agent = typeof f.agent === 'string' ? f.agent : typeof f.step === 'string' && ctx ? stepAgent(ctx, e.runId, f.step) : undefined;
+  if (agent) parts.push(oneLine(agent, 40));
   if (typeof f.state === 'string') parts.push(f.state);
   if (typeof f.error === 'string' && f.error) parts.push(f.error);
   if (typeof f.exitCode === 'number') parts.push(`exit ${f.exitCode}`);
@@ -36,10 +55,10 @@ function details(e: HomeEvent): string {
   return parts.join(' ');
 }
 
-export function humanLine(e: HomeEvent): string {
+export function humanLine(e: HomeEvent, ctx?: ManagerContext): string {
   const time = e.ts.replace('T', ' ').replace('Z', '');
   const where = e.depth > 0 ? ` (nested in ${e.parentRunId ?? '?'})` : '';
-  return `${time}  ${e.runId}  ${e.type.padEnd(12)} ${details(e)}${where}  @${e.cursor}`;
+  return `${time}  ${e.runId}  ${e.type.padEnd(12)} ${details(e, ctx)}${where}  @${e.cursor}`;
 }
 
 export function jsonLine(e: HomeEvent): string {
@@ -63,7 +82,7 @@ export async function watchCommand(ctx: ManagerContext, o: WatchOptions, out: (s
   const feed = new HomeFeed(ctx, {
     since,
     onEvents: (events) => {
-      for (const e of events) if (inSession(e)) out(o.json ? jsonLine(e) : humanLine(e));
+      for (const e of events) if (inSession(e)) out(o.json ? jsonLine(e) : humanLine(e, ctx));
     },
   });
   await feed.start();

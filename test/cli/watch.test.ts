@@ -96,7 +96,7 @@ describe('subagents-mcp watch', { timeout: 180_000 }, () => {
     await waitTerminal(s, b);
     await w.waitFor(`${b}  ended`);
     const line = w.stdout().split('\n').find((l) => l.includes(`${b}  step-ended`))!;
-    expect(line).toMatch(/step 0 completed exit 0 {2}@\d+\.r-[A-Za-z0-9_-]{24}\.\d+$/);
+    expect(line).toMatch(/step 0 echo completed exit 0 {2}@\d+\.r-[A-Za-z0-9_-]{24}\.\d+$/);
     expect(w.done).toBe(false);
   });
 
