@@ -40,6 +40,9 @@ export const LaunchInput = z.object({
   timeoutMs: z.number().int().min(1).optional().describe('Time limit of the whole run in ms'),
   label: z.string().max(MAX_LABEL_CHARS).optional().describe('A short label shown in listings'),
   model: z.string().min(1).max(128).optional().describe("One of the agent's `models`"),
+  isolation: z.enum(['worktree']).optional()
+    .describe('"worktree": each step (each group member) runs in its own git worktree on a branch subagents/<runId>/<step>, committed when it ends'),
+  baseRef: z.string().min(1).max(256).optional().describe('With isolation: the branch, tag or commit the first step starts from (default: HEAD of the cwd\'s repository)'),
 }).strict();
 
 export const StatusInput = z.object({
@@ -92,11 +95,16 @@ export const LaunchOutput = z.object({
   fanout: Fanout, capacity: Capacity,
 });
 
+const Changes = z.object({
+  branch: z.string(), commit: z.string(), base: z.string(), files: z.number(), insertions: z.number(), deletions: z.number(),
+}).describe('An isolated step\'s branch and what it changed from its base; the patch is the resource …/steps/{index}/patch');
+
 const StepView = z.object({
   index: z.number(), agent: z.string(), state: z.string(), exitCode: z.number().nullable(), signal: z.string().nullable(),
   startedAt: z.string().nullable(), endedAt: z.string().nullable(), pid: z.number().nullable(), output: TextView,
   stderrTail: z.string().optional(), usage: z.record(z.string(), z.number()).nullable(), costUsd: z.number().nullable(),
   error: ErrorInfo, children: z.array(z.string()),
+  changes: Changes.optional(),
   members: z.array(z.record(z.string(), z.unknown())).optional().describe('A parallel group\'s members, each shaped like a step'),
 });
 
@@ -135,6 +143,7 @@ export const AgentsOutput = z.object({
     available: z.boolean(), problem: z.string().optional(),
     warnings: z.array(z.string()).optional().describe('What the definition asks for that its backend ignores or cannot do here (e.g. delegate: true on pi or command; a claude agent at full under root); the agent stays launchable'),
     models: z.array(z.string()).optional(),
+    isolation: z.literal('worktree').optional().describe('Each step of this agent runs in its own git worktree and branch'),
   })),
   refused: z.array(z.object({ name: z.string().optional(), path: z.string(), source: z.string(), reason: z.string() })),
   backends: z.array(z.object({

@@ -26,7 +26,7 @@ export function chainEntry(e: ChainEntry, where: string): ChainEntryInput {
 
 /** Which of the three launch shapes the arguments are; anything else is INVALID_INPUT. */
 export function toLaunch(a: z.output<typeof LaunchInput>): ManagerLaunchInput {
-  const common = { cwd: a.cwd, timeoutMs: a.timeoutMs, label: a.label, model: a.model };
+  const common = { cwd: a.cwd, timeoutMs: a.timeoutMs, label: a.label, model: a.model, isolation: a.isolation, baseRef: a.baseRef };
   const shapes = [a.agent !== undefined || a.task !== undefined, a.tasks !== undefined, a.chain !== undefined].filter(Boolean).length;
   if (shapes !== 1) throw invalid('give exactly one of: agent + task (single), tasks (parallel), or chain. See the tool description for the shapes.');
   if (a.chain !== undefined || a.agent !== undefined) {
@@ -51,6 +51,7 @@ export const launchTool: ToolDefinition = {
     'Start a background run of one or more subagents and get its runId at once (the run lives on after this call, the server and the client).',
     'Shapes: single { agent, task }; parallel { tasks: [{ agent, task }, …], concurrency?, failFast? };',
     'chain { chain: [ { agent, task } | { parallel: [...] }, … ] } where "{previous}" in a task is replaced by the previous step\'s output.',
+    'isolation: "worktree" runs each step in its own git worktree and branch (baseRef: the commit to start from; default HEAD).',
     'Then wait with status { runId, waitMs: 30000 } (repeat until the state is completed, failed or cancelled) and read the output there.',
     'Call agents first to see which agents exist.',
   ].join(' '),
