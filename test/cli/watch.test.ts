@@ -61,8 +61,10 @@ describe('subagents-mcp watch', { timeout: 180_000 }, () => {
     expect(new Set(all.map((l) => l.cursor)).size).toBe(all.length);
     for (let i = 1; i < all.length; i++) if (all[i - 1]!.runId === all[i]!.runId) expect(before(all[i - 1]!.cursor, all[i]!.cursor)).toBe(true);
 
-    // Resume after a's last line: exactly the lines after it in the home's order (b's), then what happens next, once.
-    const cut = all.filter((l) => l.runId === a).at(-1)!.cursor;
+    // Resume after a's step-ended line (written before a's terminal status, so before b was launched): exactly the
+    // lines after it in the home's order (a's last one or two, all of b's), then what happens next, once. (a's own
+    // "ended" line follows its terminal status and may be ordered after b's first lines.)
+    const cut = all.find((l) => l.runId === a && l.type === 'step-ended')!.cursor;
     const after = all.filter((l) => before(cut, l.cursor)).sort((x, y) => (before(x.cursor, y.cursor) ? -1 : 1));
     expect(after.filter((l) => l.runId === b)).toHaveLength(all.filter((l) => l.runId === b).length);
     const r = watch(['--json', '--since', cut]);
@@ -76,7 +78,7 @@ describe('subagents-mcp watch', { timeout: 180_000 }, () => {
     const resumed = lines(r.stdout());
     expect(new Set(resumed.map((l) => l.cursor)).size).toBe(resumed.length);
     expect(resumed.filter((l) => l.runId === c).map((l) => l.cursor)).toEqual(lines(w.stdout()).filter((l) => l.runId === c).map((l) => l.cursor));
-    expect(resumed.some((l) => l.runId === a)).toBe(false);
+    expect(resumed.filter((l) => l.runId === a).map((l) => l.type)).toEqual(['ended']);
 
     // The whole history, from the start.
     const h = watch(['--json', '--since', 'start']);
