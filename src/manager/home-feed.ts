@@ -49,6 +49,9 @@ export function compareCursors(a: Cursor, b: Cursor): number {
  */
 const MTIME_SLACK_MS = 2000;
 
+/** New output is announced at most this often per feed. */
+const OUTPUT_GAP_MS = 250;
+
 /** How long a run that ended is still followed for the line that logs its end. */
 const END_LINE_GRACE_MS = 10_000;
 
@@ -100,6 +103,8 @@ export class HomeFeed {
   private readonly dirty = new Set<string>();
   private readonly outputDirty = new Set<string>();
   private stopped = false;
+  private lastOutputMs = -Infinity;
+  private outputTimer: NodeJS.Timeout | null = null;
 
   constructor(private readonly ctx: ManagerContext, private readonly o: FeedOptions) {}
 
@@ -121,6 +126,7 @@ export class HomeFeed {
   stop(): void {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
+    if (this.outputTimer) clearTimeout(this.outputTimer);
     this.dirWatcher?.close();
     for (const f of this.runs.values()) { f.watcher?.close(); f.outWatcher?.close(); }
     this.runs.clear();
@@ -170,6 +176,12 @@ export class HomeFeed {
     });
   }
 
+  private pokeOutput(): void {
+    const waitMs = OUTPUT_GAP_MS - (performance.now() - this.lastOutputMs);
+    if (waitMs <= 0) { this.poke(); return; }
+    this.outputTimer ??= setTimeout(() => { this.outputTimer = null; this.poke(); }, waitMs);
+  }
+
   private scan(reconcile: boolean): void {
     if (this.stopped) return;
     const events: HomeEvent[] = [];
@@ -209,8 +221,16 @@ export class HomeFeed {
       if (was !== f.active) changed.add(runId);
       if (!all) changed.add(runId); // a file event in its directory: its status may have changed
     }
-    const output = [...this.outputDirty];
-    this.outputDirty.clear();
+    // New output is announced at most every OUTPUT_GAP_MS: an agent that writes all the time would otherwise make a
+    // scan, and a message to every page, per write.
+    let output: string[] = [];
+    if (this.outputDirty.size && performance.now() - this.lastOutputMs >= OUTPUT_GAP_MS) {
+      output = [...this.outputDirty];
+      this.outputDirty.clear();
+      this.lastOutputMs = performance.now();
+    } else if (this.outputDirty.size) {
+      this.pokeOutput();
+    }
     this.deliver(events, [...changed], output);
   }
 
@@ -238,7 +258,7 @@ export class HomeFeed {
     }
     if (f.active && !f.outWatcher) {
       try {
-        f.outWatcher = fs.watch(this.ctx.store.paths(runId).outDir, () => { this.outputDirty.add(runId); this.poke(); });
+        f.outWatcher = fs.watch(this.ctx.store.paths(runId).outDir, () => { this.outputDirty.add(runId); this.pokeOutput(); });
         f.outWatcher.on('error', () => {});
       } catch { /* no out/ yet: the runner makes it at its start, which the directory's watch sees */ }
     }

@@ -116,7 +116,8 @@ export class Dashboard {
   private onChange(c: Change): void {
     if (c.gauges) this.renderGauges(c.gauges);
     const r = this.s.route;
-    if (r.view === 'list' || c.all) { void this.refresh(); return; }
+    if (c.all || (r.view === 'list' && c.runs.length > 0)) { void this.refresh(); return; }
+    if (r.view === 'list') return; // new output only: the tree does not show it
     if (c.runs.includes(r.runId) || c.output.includes(r.runId) || (this.s.detail?.children.some((k) => c.runs.includes(k.runId)) ?? false)) void this.refresh();
   }
 
