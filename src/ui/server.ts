@@ -113,7 +113,9 @@ export async function startUiServer(ctx: ManagerContext, o: UiOptions = {}): Pro
 
   let port = 0;
   const server = http.createServer((req, res) => {
-    void handle(req, res).catch(() => {
+    void handle(req, res).catch((e: unknown) => {
+      // The error's kind only: a message may quote a path or a run's text.
+      ctx.log(`ui: a request failed (${e instanceof Error ? `${e.name}${(e as NodeJS.ErrnoException).code ? ` ${(e as NodeJS.ErrnoException).code}` : ''}` : typeof e})`);
       if (!res.headersSent) send(res, 500, { error: { code: 'INTERNAL', message: 'the dashboard could not answer this request; see the terminal that runs it' } });
       else res.end();
     });
@@ -173,7 +175,8 @@ export async function startUiServer(ctx: ManagerContext, o: UiOptions = {}): Pro
         return tail ? send(res, 200, tail) : send(res, 404, { error: { code: 'RUN_NOT_FOUND', message: 'no such run or step' } });
       }
       const d = model.detail(runId);
-      return d ? send(res, 200, d) : send(res, 404, { error: { code: 'RUN_NOT_FOUND', message: `no run ${isRunId(runId) ? runId : ''} in this state home (removed, or never existed)`.replace('  ', ' ') } });
+      const named = isRunId(runId) ? `run ${runId}` : 'such run';
+      return d ? send(res, 200, d) : send(res, 404, { error: { code: 'RUN_NOT_FOUND', message: `no ${named} in this state home (removed, or never existed)` } });
     }
     return sendText(res, 404, '404: not found.');
   }
