@@ -189,6 +189,8 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   const runPaths = created.paths;
   let started: RunStatus;
   try {
+    // A launch abandoned before its spawn (the server shutting down) starts no runner at all.
+    if (o.signal.aborted) throw new HandshakeFailure('spawn', 'the launch was cancelled or the server is shutting down', null);
     child = await spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env: runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord), envFor), logFile: runPaths.runnerLog });
     testFault(ctx, 'server-after-spawn');
     // Bound while the runner boots (the server is idle for those ~30 ms): to the process we started, as /proc shows
@@ -256,7 +258,7 @@ async function abandonLaunch(ctx: ManagerContext, runId: string, f: HandshakeFai
     while (performance.now() < end) {
       const alive = runner ? isAlive(runner) : processExists(pid);
       if (!alive) break;
-      await new Promise((r) => setTimeout(r, 20));
+      await new Promise((r) => setTimeout(r, 5));
     }
   }
   return 'failed';

@@ -89,12 +89,6 @@ const Fanout = z.object({ used: z.number(), limit: z.number(), remaining: z.numb
 const Capacity = z.object({ active: z.number(), limit: z.number() });
 const TextView = z.object({ text: z.string(), bytes: z.number(), truncated: z.boolean() });
 
-export const LaunchOutput = z.object({
-  runId: z.string(), sessionId: z.string(), state: z.string(), mode: z.string(),
-  steps: z.array(z.object({ index: z.number(), agent: z.string(), state: z.string() })),
-  fanout: Fanout, capacity: Capacity,
-});
-
 const Changes = z.object({
   branch: z.string(), commit: z.string(), base: z.string(), files: z.number(), insertions: z.number(), deletions: z.number(),
 }).describe('An isolated step\'s branch and what it changed from its base; the patch is the resource …/steps/{index}/patch');
@@ -128,6 +122,24 @@ export const StatusOutput = z.object({
   omitted: z.number().optional().describe('Older runs not listed inline (the newest 200 are); resources/list pages through all'),
   capacity: Capacity.optional(),
   waitedMs: z.number().optional(), changed: z.boolean().optional(),
+  next: z.string().optional().describe('What to do next: wait again with status while the run is active, or where its output is once it ended'),
+});
+
+/** What to call next, in words a model acts on: some clients show the model only structuredContent (docs/clients.md). */
+const Next = z.string().describe('What to do next, e.g. the status call that waits for the run');
+
+/**
+ * launch's answer, and also (for a task-augmented launch, docs/clients.md "MCP Tasks") the task's result, which is the
+ * ended run's status: clients validate a task's result against this schema, so every field of a run's status is
+ * admitted here, optional.
+ */
+export const LaunchOutput = StatusOutput.omit({ runs: true, omitted: true }).extend({
+  runId: z.string(), state: z.string(), mode: z.string(),
+  steps: z.array(z.object({ index: z.number(), agent: z.string(), state: z.string() }))
+    .describe('{ index, agent, state } of each step (in a task\'s result: each step as status shows it)'),
+  fanout: Fanout,
+  capacity: Capacity.optional().describe('Active top-level runs, this one included (absent from a task\'s result)'),
+  next: Next,
 });
 
 export const AppendOutput = z.object({ sessionId: z.string(), runId: z.string(), stepIndex: z.number(), pendingAppends: z.number(), fanout: Fanout });
