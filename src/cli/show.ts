@@ -6,7 +6,7 @@ import { readRunEvents, withLiveness, type RunEvent } from '../manager/run-files
 import type { ProcessIdentity } from '../process/identity.js';
 import type { AgentTaskSpec, StepSpec, StepStatus } from '../store/run-types.js';
 import { durationOf } from './runs.js';
-import { formatAge, formatBytes, formatDuration, oneLine } from './format.js';
+import { formatAge, formatBytes, formatDuration, oneLine } from '../format.js';
 
 export interface FileInfo { path: string; bytes: number | null }
 
