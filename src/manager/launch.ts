@@ -24,6 +24,7 @@ import { enqueueLocked, QUEUED_LAUNCH_FILE, type QueuedLaunch } from '../lifecyc
 import { withLedger } from '../lifecycle/ledger.js';
 import { pruneAgentSlots } from '../lifecycle/agent-slots.js';
 import { serveQueue } from './queue.js';
+import { resolveIsolation, type IsolationInput } from './isolation.js';
 
 export interface AgentTaskInput { agent: string; task: string }
 export interface GroupInput { parallel: AgentTaskInput[]; concurrency?: number; failFast?: boolean }
@@ -38,7 +39,7 @@ export type LaunchInput = {
   /** false: refuse CAPACITY_EXHAUSTED at a full home instead of queueing (docs/limits.md, "The queue"). */
   queue?: boolean;
   queueTimeoutMs?: number;
-} & (
+} & IsolationInput & (
   | { mode: 'single'; step: AgentTaskInput }
   | { mode: 'parallel'; group: GroupInput }
   | { mode: 'chain'; chain: ChainEntryInput[] }
@@ -127,6 +128,8 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   const catalog = await catalogFor(ctx);
   const entries: ChainEntryInput[] = input.mode === 'single' ? [input.step] : input.mode === 'parallel' ? [input.group] : input.chain;
   const steps = buildSteps(ctx, catalog, entries, input.model);
+  // Before anything is reserved or written: a repository that cannot be isolated is a refusal.
+  const isolation = await resolveIsolation(ctx, cwd, input, steps);
   const paths = claimPaths(steps);
   const runId = newRunId();
   const rootRunId = nesting ? nesting.rootRunId : runId;
@@ -142,7 +145,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     maxAgents: parentRecord?.maxAgents ?? settings.maxAgents,
     passEnv: treePassEnv(ctx, parentRecord), umask: originalUmask(), depth, rootRunId, parentRunId: nesting?.parentRunId ?? null,
     parentStepKey: nesting?.parentStepKey ?? null, limits, runToken: randomBytes(24).toString('base64url'),
-    server: ctx.server, steps,
+    server: ctx.server, steps, ...(isolation ? { isolation } : {}),
   };
   const status: RunStatus = {
     v: 1, runId, state: 'starting', error: null, startedAt: null, endedAt: null, updatedAt: record.createdAt,
@@ -209,6 +212,8 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   const runPaths = created.paths;
   let started: RunStatus;
   try {
+    // A launch abandoned before its spawn (the server shutting down) starts no runner at all.
+    if (o.signal.aborted) throw new HandshakeFailure('spawn', 'the launch was cancelled or the server is shutting down', null);
     child = await spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env: runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord), envFor), logFile: runPaths.runnerLog });
     testFault(ctx, 'server-after-spawn');
     // Bound while the runner boots (the server is idle for those ~30 ms): to the process we started, as /proc shows
@@ -351,7 +356,7 @@ async function abandonLaunch(ctx: ManagerContext, record: RunRecord, f: Handshak
     while (performance.now() < end) {
       const alive = runner ? isAlive(runner) : processExists(pid);
       if (!alive) break;
-      await new Promise((r) => setTimeout(r, 20));
+      await new Promise((r) => setTimeout(r, 5));
     }
   }
   return ended ? 'failed' : 'unrecorded';
