@@ -12,7 +12,7 @@ import { NODE24_VERSION, binDir, node24 } from './node-lines.js';
 import { REPO } from './paths.js';
 
 const END_TO_END = ['test/e2e', 'test/mcp', 'test/cli', 'test/distribution'];
-// A second fresh clone would repeat the first one's `npm ci` for little more than its install output.
+// In the default set: a second fresh clone would repeat the first one's `npm ci` for little more than its output.
 const SKIPPED = ['test/cli/fresh-clone.test.ts'];
 
 const args = process.argv.slice(2);
@@ -23,8 +23,9 @@ if (!node.bin) {
 }
 process.stdout.write(`Tests on Node ${NODE24_VERSION} (${node.bin})\n`);
 const vitest = path.join(REPO, 'node_modules', 'vitest', 'vitest.mjs');
-const filters = args.some((a) => !a.startsWith('-')) ? args : [...END_TO_END, ...args];
-const child = spawn(node.bin, [vitest, 'run', ...filters, ...SKIPPED.flatMap((f) => ['--exclude', f])], {
+const chosen = args.some((a) => !a.startsWith('-'));
+const filters = chosen ? args : [...END_TO_END, ...SKIPPED.flatMap((f) => ['--exclude', f]), ...args];
+const child = spawn(node.bin, [vitest, 'run', ...filters], {
   cwd: REPO,
   stdio: 'inherit',
   env: { ...process.env, PATH: `${binDir(node.bin)}${path.delimiter}${process.env.PATH ?? ''}` },
