@@ -243,6 +243,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     if (outcome === 'started') return result(ctx, ctx.store.readStatus(runId)!, input.mode, reservation);
     // The end was not recorded here (the run lock stayed busy): the reservation goes back all the same, as nothing started.
     if (outcome === 'unrecorded') await releaseReservation(ctx, runId, rootRunId, paths.length).catch(() => {});
+    if (!nesting) void serveQueue(ctx); // the slot this launch gave back goes to the queue's head
     throw handshakeError(failure, runId);
   }
   ctx.store.event(runId, { type: 'launched', runnerPid: runner.pid });

@@ -7,6 +7,7 @@ import { removeStaleTemps } from '../store/atomic-write.js';
 import { ReadyFile, readStateFile } from '../store/state-files.js';
 import { isTerminalRun } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';
+import { serveQueue } from './queue.js';
 import { removeStaleWorktrees } from './isolation.js';
 
 const inflight = new Map<string, Promise<void>>();
@@ -90,6 +91,7 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
     survivors: term.survivors,
   });
   ctx.store.event(runId, { type: 'reconciled', state: after.state, error: after.error?.code ?? null });
+  void serveQueue(ctx); // the slot the lost runner held goes to the queue's head
   // A runner killed mid-write leaves its temp files behind (the rename never came); it is proven gone now. So does a
   // server killed while writing a cancel request or an append: every writer that is gone.
   removeStaleTemps(paths.dir, null);

@@ -66,4 +66,16 @@ describe('a hand-off killed mid-way', () => {
       await until(() => Object.keys(queueLedger(t.home).roots).length === 0 && Object.keys(queueLedger(t.home).queue).length === 0, 'the ledger empty', 20_000);
     });
   }
+
+  it('a runner killed outright: reconciliation returns its slot and hands it to the queued run', async () => {
+    const a = sc(await healthy.call('launch', { agent: 'wait', task: gate('lost-a') }));
+    fs.writeFileSync(gate('lost-b'), '');
+    const b = sc(await healthy.call('launch', { agent: 'wait', task: gate('lost-b') }));
+    expect(b.state).toBe('queued');
+    const runnerPid = sc(await healthy.call('status', { runId: a.runId })).runnerPid as number;
+    process.kill(-runnerPid, 'SIGKILL'); // the runner and its agent: nobody records the end or hands the slot over
+    expect(await waitTerminal(healthy, a.runId)).toMatchObject({ state: 'failed', error: { code: 'RUNNER_LOST' } });
+    expect((await waitTerminal(healthy, b.runId, 60_000)).state).toBe('completed');
+    expect(stepStarts(t.home, b.runId)).toBe(1);
+  });
 });
