@@ -17,6 +17,7 @@ import { bindReservation, refusalWithoutLock, releaseReservation, reserve, type 
 import { RUNNER_MAIN, type ManagerContext } from './context.js';
 import { awaitReady, handshakeError, HandshakeFailure, proceedAndAwaitStart, type HandshakePhase } from './handshake.js';
 import { checkNesting } from './nesting.js';
+import { claimWarmRunner } from './warm-pool.js';
 import { resolveRunCwd } from './roots.js';
 import { indexRun, ownActiveRuns } from './listing.js';
 import { originalUmask } from './original-umask.js';
@@ -187,7 +188,10 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   const runPaths = created.paths;
   let started: RunStatus;
   try {
-    child = await spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env: runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord), envFor), logFile: runPaths.runnerLog });
+    const env = runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord), envFor);
+    // A pre-booted idle runner when the home has one (manager/warm-pool.ts), else one booted for this run.
+    child = claimWarmRunner(ctx, runPaths.dir, env)
+      ?? await spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env, logFile: runPaths.runnerLog });
     testFault(ctx, 'server-after-spawn');
     // Bound while the runner boots (the server is idle for those ~30 ms): to the process we started, as /proc shows
     // it now. Its ready report must then name exactly this process, or the launch fails and releases what it holds.

@@ -9,6 +9,7 @@ import { fallbackRoots } from '../manager/roots.js';
 import { realpathOrNull } from '../realpath.js';
 import { SessionView } from '../manager/sessions.js';
 import { Sweeper } from '../manager/sweep.js';
+import { startWarmPool } from '../manager/warm-pool.js';
 import { completeArgument, listResources, readResource, requireResource, RESOURCE_TEMPLATES } from './resources.js';
 import { refusal } from './results.js';
 import { RunWatcher } from './run-watcher.js';
@@ -67,6 +68,7 @@ export function startCore(o: CoreOptions): Core {
   const env: ToolEnv = { ctx, shutdown: o.shutdown, sessions: ctx.nesting ? null : sessions, onListChanged: (c) => watcher.listChanged(c?.existing ?? false) };
   watcher.start();
   const stopSweeper = new Sweeper(ctx).start();
+  const stopWarmPool = startWarmPool(ctx);
   return {
     callTool: async (name, args, extra) => {
       const tool = loadTool(name);
@@ -84,6 +86,6 @@ export function startCore(o: CoreOptions): Core {
     unsubscribe: (uri) => watcher.unsubscribe(uri),
     complete: (name, value, context) => completeArgument(ctx, name, value, context),
     resourceTemplates: RESOURCE_TEMPLATES,
-    stop: () => { watcher.stop(); stopSweeper(); },
+    stop: () => { watcher.stop(); stopSweeper(); stopWarmPool(); },
   };
 }
