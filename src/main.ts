@@ -5,6 +5,10 @@
  */
 import { packageVersion } from './version.js';
 
+// Node 22.1+ keeps V8's compiled code of the bundles on disk (the server and the command line parse one large file
+// each at every start); on older Node the call does not exist and nothing changes.
+(process.getBuiltinModule('node:module') as { enableCompileCache?: () => unknown }).enableCompileCache?.();
+
 const argv = process.argv.slice(2);
 const first = argv[0];
 
