@@ -12,7 +12,7 @@ import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { SAMPLES, cleanEnv, nodeFloor, note, now, reapHome, report, runBench, serverEnv, spawnExitTimes, startServer, stats, tempHome, writeAgent } from './lib.mjs';
+import { SAMPLES, cleanEnv, nodeFloor, note, now, processesOfHome, reapHome, report, rssMiB, runBench, serverEnv, spawnExitTimes, startServer, stats, tempHome, writeAgent } from './lib.mjs';
 
 const PEER = '@steipete/claude-code-mcp@1.10.12';
 const CACHE = process.env.BENCH_PEER_CACHE || path.join(os.tmpdir(), 'subagents-bench-peer');
@@ -54,7 +54,10 @@ runBench(async () => {
   const ours = await startServer(oursEnv);
   const theirs = await connectPeer(fake, h.root);
   note(`${PEER} from ${CACHE}; ${N} samples each, interleaved; ours with SUBAGENTS_WARM_RUNNERS=${warm ?? 'default'}; shared, loaded machine`);
-  await new Promise((r) => setTimeout(r, 1500)); // our pool's startup fill
+  await new Promise((r) => setTimeout(r, 2500)); // our pool's startup fill
+  const idlePids = processesOfHome(h.home).filter((pid) => { try { return fs.readFileSync(`/proc/${pid}/cmdline`, 'latin1').includes('--warm'); } catch { return false; } });
+  const poolMiB = idlePids.reduce((sum, pid) => sum + rssMiB(pid), 0);
+  note(`idle RSS: our server ${rssMiB(ours.pid).toFixed(1)} MiB + ${idlePids.length} idle runners ${poolMiB.toFixed(1)} MiB; theirs ${rssMiB(theirs.pid).toFixed(1)} MiB`);
 
   const oursRun = async (agent, task, read = false) => {
     const l = await ours.call('launch', { agent, task });

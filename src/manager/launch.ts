@@ -17,7 +17,7 @@ import { bindReservation, refusalWithoutLock, releaseReservation, reserve, type 
 import { RUNNER_MAIN, type ManagerContext } from './context.js';
 import { awaitReady, handshakeError, HandshakeFailure, proceedAndAwaitStart, type HandshakePhase } from './handshake.js';
 import { checkNesting } from './nesting.js';
-import { claimWarmRunner } from './warm-pool.js';
+import { claimWarmRunner, warmLaunchSettled } from './warm-pool.js';
 import { resolveRunCwd } from './roots.js';
 import { indexRun, ownActiveRuns } from './listing.js';
 import { originalUmask } from './original-umask.js';
@@ -187,9 +187,11 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   let runner = null;
   const runPaths = created.paths;
   let started: RunStatus;
+  let askedWarmPool = false;
   try {
     const env = runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord), envFor);
     // A pre-booted idle runner when the home has one (manager/warm-pool.ts), else one booted for this run.
+    askedWarmPool = true;
     child = claimWarmRunner(ctx, runPaths.dir, env)
       ?? await spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env, logFile: runPaths.runnerLog });
     testFault(ctx, 'server-after-spawn');
@@ -221,6 +223,8 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     // The end was not recorded here (the run lock stayed busy): the reservation goes back all the same, as nothing started.
     if (outcome === 'unrecorded') await releaseReservation(ctx, runId, rootRunId, paths.length).catch(() => {});
     throw handshakeError(failure, runId);
+  } finally {
+    if (askedWarmPool) warmLaunchSettled(ctx);
   }
   ctx.store.event(runId, { type: 'launched', runnerPid: runner.pid });
   return result(ctx, started, input.mode, reservation);

@@ -11,8 +11,11 @@ import { RUNNER_MAIN, type ManagerContext } from './context.js';
  * fan-out: the launch reserves all of that exactly as before, and binds the claimed runner's identity before proceed.
  */
 
-/** A replacement boots this long after the first launch that wanted a runner: out of that launch's way on the CPU. */
-const REFILL_DELAY_MS = 60;
+/**
+ * Replacements boot this long after the last launch in flight got its answer: a burst's launches are not slowed by
+ * boots competing with them for the cores (and a steady stream of launches still leaves gaps where the refill runs).
+ */
+const REFILL_DELAY_MS = 30;
 /** The startup fill waits this long: a server's own start (and its first tools/list) comes first. */
 const STARTUP_FILL_DELAY_MS = 1000;
 /** After a burst the pool is refilled to the burst's size (for one idle time), up to this many runners. */
@@ -26,6 +29,8 @@ interface PoolState {
   /** Runners this server started that have not announced themselves yet, by pid, with when to stop counting them. */
   booting: Map<number, number>;
   spawning: number;
+  /** Launches between their claim (or boot) of a runner and their answer. */
+  inFlight: number;
   timer: NodeJS.Timeout | null;
   /** Launches that wanted a runner since the last refill. */
   demand: number;
@@ -36,7 +41,7 @@ const pools = new WeakMap<ManagerContext, PoolState>();
 
 function stateOf(ctx: ManagerContext): PoolState {
   let s = pools.get(ctx);
-  if (!s) pools.set(ctx, (s = { booting: new Map(), spawning: 0, timer: null, demand: 0, peak: { size: 0, at: 0 } }));
+  if (!s) pools.set(ctx, (s = { booting: new Map(), spawning: 0, inFlight: 0, timer: null, demand: 0, peak: { size: 0, at: 0 } }));
   return s;
 }
 
@@ -52,7 +57,7 @@ export function claimWarmRunner(ctx: ManagerContext, runDir: string, env: Record
   if (ctx.settings.warmRunners === 0) return null;
   const state = stateOf(ctx);
   state.demand++;
-  scheduleRefill(ctx, REFILL_DELAY_MS);
+  state.inFlight++;
   const files = filesOf(ctx);
   for (const e of files.listIdle()) {
     if (!isAlive(e)) { files.forget(e.key); continue; } // an idle runner that died costs nothing
@@ -69,6 +74,14 @@ export function claimWarmRunner(ctx: ManagerContext, runDir: string, env: Record
     return watched(e, ctx.settings.handshakeTimeoutMs);
   }
   return null;
+}
+
+/** A launch that called `claimWarmRunner` has its answer (either way): the pool refills once none is in flight. */
+export function warmLaunchSettled(ctx: ManagerContext): void {
+  if (ctx.settings.warmRunners === 0) return;
+  const state = stateOf(ctx);
+  state.inFlight = Math.max(0, state.inFlight - 1);
+  if (state.inFlight === 0) scheduleRefill(ctx, REFILL_DELAY_MS);
 }
 
 /** An identity-checked kill of a runner that was never given a run (its group: it is a group leader). */
@@ -114,6 +127,7 @@ function targetSize(ctx: ManagerContext, state: PoolState): number {
 export function refill(ctx: ManagerContext): void {
   if (ctx.settings.warmRunners === 0) return;
   const state = stateOf(ctx);
+  if (state.inFlight > 0) return; // the last of them to settle schedules it again
   const files = filesOf(ctx);
   const target = targetSize(ctx, state);
   const idle = files.listIdle().filter((e) => {
