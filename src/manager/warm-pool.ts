@@ -1,8 +1,9 @@
 import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
 import { isAlive, readIdentity, type ProcessIdentity } from '../process/identity.js';
 import { DetachedChild, spawnDetached } from '../process/spawn-detached.js';
 import { ensurePrivateDir } from '../store/atomic-write.js';
-import { WarmPoolFiles } from '../store/warm-pool.js';
+import { WarmPoolFiles, type IdleEntry } from '../store/warm-pool.js';
 import { RUNNER_MAIN, type ManagerContext } from './context.js';
 
 /**
@@ -49,6 +50,26 @@ function filesOf(ctx: ManagerContext): WarmPoolFiles {
   return new WarmPoolFiles(ctx.layout.warmDir);
 }
 
+let buildTag: string | null = null;
+/**
+ * This server's runner build: its entry's path and modification time. Servers of another install or version share the
+ * home; each claims and counts only runners of its own build (the others retire on their own).
+ */
+function ownBuild(): string {
+  if (buildTag === null) {
+    let mtime = 0;
+    try { mtime = fs.statSync(RUNNER_MAIN).mtimeMs; } catch { /* a missing entry fails the boot, not this */ }
+    buildTag = `${RUNNER_MAIN}@${mtime}`;
+  }
+  return buildTag;
+}
+
+/** Idle runners of this build. */
+function ownIdle(files: WarmPoolFiles): IdleEntry[] {
+  const build = ownBuild();
+  return files.listIdle().filter((e) => e.build === build);
+}
+
 /**
  * Takes an idle runner for the run in `runDir` and hands it the run's environment; null when the pool is off or empty
  * (the launch boots one). The returned child reports the runner's death during the handshake, as a spawned one would.
@@ -59,7 +80,7 @@ export function claimWarmRunner(ctx: ManagerContext, runDir: string, env: Record
   state.demand++;
   state.inFlight++;
   const files = filesOf(ctx);
-  for (const e of files.listIdle()) {
+  for (const e of ownIdle(files)) {
     if (!isAlive(e)) { files.forget(e.key); continue; } // an idle runner that died costs nothing
     if (!files.take(e.key)) continue; // another server's, or it retired
     if (!isAlive(e)) { files.forget(e.key); continue; }
@@ -130,7 +151,7 @@ export function refill(ctx: ManagerContext): void {
   if (state.inFlight > 0) return; // the last of them to settle schedules it again
   const files = filesOf(ctx);
   const target = targetSize(ctx, state);
-  const idle = files.listIdle().filter((e) => {
+  const idle = ownIdle(files).filter((e) => {
     if (isAlive(e)) return true;
     files.forget(e.key);
     return false;
@@ -154,6 +175,7 @@ async function bootOne(ctx: ManagerContext, files: WarmPoolFiles, state: PoolSta
       SUBAGENTS_WARM_IDLE_MS: String(ctx.settings.warmIdleMs),
       SUBAGENTS_WARM_CLAIM_MS: String(ctx.settings.handshakeTimeoutMs),
       SUBAGENTS_WARM_LOG: log,
+      SUBAGENTS_WARM_BUILD: ownBuild(),
     };
     const child = await spawnDetached([process.execPath, RUNNER_MAIN, '--warm', files.dir, TITLE_ROOM], { cwd: files.dir, env, logFile: log });
     if (child.pid !== undefined) state.booting.set(child.pid, performance.now() + ctx.settings.handshakeTimeoutMs);
@@ -177,5 +199,5 @@ export function startWarmPool(ctx: ManagerContext): () => void {
 
 /** For doctor: the idle runners of the home that are alive now. */
 export function warmPoolCount(ctx: ManagerContext): number {
-  return filesOf(ctx).listIdle().filter((e) => isAlive(e)).length;
+  return ownIdle(filesOf(ctx)).filter((e) => isAlive(e)).length;
 }

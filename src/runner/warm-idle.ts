@@ -13,6 +13,8 @@ import { waitUntil } from '../wait.js';
 export interface WarmIdleOptions {
   warmDir: string;
   me: ProcessIdentity;
+  /** The build tag the booting server gave it (manager/warm-pool.ts), announced with it. */
+  build: string;
   idleMs: number;
   /** How long a taken runner waits for its claim (the claimant's handshake timeout). */
   claimWaitMs: number;
@@ -23,7 +25,7 @@ export interface WarmIdleOptions {
 export async function awaitWarmClaim(o: WarmIdleOptions): Promise<{ claim: WarmClaim; key: string } | null> {
   const files = new WarmPoolFiles(o.warmDir);
   o.prepare?.();
-  const key = files.announce(o.me);
+  const key = files.announce(o.me, o.build);
   const watch = { dirs: [o.warmDir], filter: (n: string) => files.isOwnName(key, n), pollMs: 1000 };
   const seen = await waitUntil<'taken'>({
     ...watch, timeoutMs: o.idleMs,

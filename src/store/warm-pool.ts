@@ -10,7 +10,11 @@ import { writeFileAtomic } from './atomic-write.js';
  * succeed. The winner then writes `<key>.claim` (the run directory and the run's environment); the runner reads it,
  * removes it and serves that run. Node built-ins only: the runner's entry uses this before it has a run.
  */
-export interface IdleEntry extends ProcessIdentity { key: string }
+export interface IdleEntry extends ProcessIdentity {
+  key: string;
+  /** Which build of the runner it is (a server claims only its own build's runners: the two must speak alike). */
+  build: string;
+}
 
 export interface WarmClaim {
   runDir: string;
@@ -36,9 +40,9 @@ export class WarmPoolFiles {
     fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
   }
 
-  announce(id: ProcessIdentity): string {
+  announce(id: ProcessIdentity, build: string): string {
     const key = WarmPoolFiles.keyOf(id);
-    writeFileAtomic(this.file(key, 'idle'), JSON.stringify({ pid: id.pid, startTime: id.startTime }), { durable: false });
+    writeFileAtomic(this.file(key, 'idle'), JSON.stringify({ pid: id.pid, startTime: id.startTime, build }), { durable: false });
     return key;
   }
 
@@ -52,8 +56,10 @@ export class WarmPoolFiles {
     for (const n of names) {
       if (!n.endsWith('.idle') || n.startsWith('.')) continue;
       try {
-        const v = JSON.parse(fs.readFileSync(path.join(this.dir, n), 'utf8')) as { pid?: unknown; startTime?: unknown };
-        if (typeof v.pid === 'number' && typeof v.startTime === 'string') out.push({ key: n.slice(0, -5), pid: v.pid, startTime: v.startTime });
+        const v = JSON.parse(fs.readFileSync(path.join(this.dir, n), 'utf8')) as { pid?: unknown; startTime?: unknown; build?: unknown };
+        if (typeof v.pid === 'number' && typeof v.startTime === 'string') {
+          out.push({ key: n.slice(0, -5), pid: v.pid, startTime: v.startTime, build: typeof v.build === 'string' ? v.build : '' });
+        }
       } catch { /* gone meanwhile, or half a name: not a candidate */ }
     }
     return out;

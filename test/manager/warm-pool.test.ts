@@ -167,6 +167,24 @@ describe('warm runners', () => {
     expect(runDirs(t!.home)).toEqual([]);
   });
 
+  it('a runner of another build is never claimed', async () => {
+    setup();
+    const s = await serve();
+    const [other] = await poolOf(2);
+    const warm = path.join(t!.home, 'warm');
+    const name = fs.readdirSync(warm).find((n) => n.startsWith(`${other!.pid}-`) && n.endsWith('.idle'))!;
+    const tmp = path.join(warm, '.other.tmp');
+    fs.writeFileSync(tmp, JSON.stringify({ pid: other!.pid, startTime: other!.startTime, build: '/elsewhere/runner/main.cjs@1' }), { mode: 0o600 });
+    fs.renameSync(tmp, path.join(warm, name));
+    for (let i = 0; i < 3; i++) {
+      const r = await s.call('launch', { agent: 'echo', task: `not on the other build ${i}` });
+      expect(r.isError, textOf(r)).toBeFalsy();
+      expect(sc(await s.call('status', { runId: sc(r).runId, waitMs: 30_000, until: 'terminal' })).state).toBe('completed');
+      expect(readJson(path.join(t!.home, 'runs', sc(r).runId, 'status.json')).runner.pid).not.toBe(other!.pid);
+    }
+    expect(fs.existsSync(path.join(warm, name))).toBe(true); // left to retire on its own
+  });
+
   it('SUBAGENTS_WARM_RUNNERS=0 boots a runner per launch and keeps no pool', async () => {
     setup();
     const s = await serve({ SUBAGENTS_WARM_RUNNERS: '0' });
