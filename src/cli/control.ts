@@ -4,7 +4,7 @@ import { dismissRun } from '../manager/dismiss.js';
 import { freshStatus } from '../manager/run-status.js';
 import { isTerminalRun, type RunState } from '../store/run-types.js';
 import { CliError } from './context.js';
-import { formatDuration } from './format.js';
+import { formatDuration } from '../format.js';
 import { Progress } from './progress.js';
 
 /**

@@ -4,7 +4,7 @@ import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport, getDefaultEnvironment } from '@modelcontextprotocol/sdk/client/stdio.js';
 import type { Settings } from '../config.js';
-import { formatBytes, formatDuration } from './format.js';
+import { formatBytes, formatDuration } from '../format.js';
 import { Progress } from './progress.js';
 import { MAIN_JS as MAIN } from '../paths.js';
 

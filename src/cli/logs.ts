@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import type { ManagerContext } from '../manager/context.js';
 import { freshStatus } from '../manager/run-status.js';
 import { isTerminalRun, isTerminalStep, type RunStatus, type StepStatus } from '../store/run-types.js';
-import { formatBytes, formatDuration } from './format.js';
+import { formatBytes, formatDuration } from '../format.js';
 import { DirWatch } from '../wait.js';
 import { Progress } from './progress.js';
 

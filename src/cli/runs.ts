@@ -3,7 +3,7 @@ import { freshStatus } from '../manager/run-status.js';
 import type { ManagerContext } from '../manager/context.js';
 import { TERMINAL_RUN_STATES, type RunStatus } from '../store/run-types.js';
 import { CliError, EXIT_USAGE } from './context.js';
-import { formatAge, formatDuration, oneLine, table } from './format.js';
+import { formatAge, formatDuration, oneLine, table } from '../format.js';
 
 export interface RunRow {
   runId: string;

@@ -7,6 +7,7 @@ import { DirWatch } from '../wait.js';
 import type { ManagerContext } from './context.js';
 import { requireVisible } from './listing.js';
 import { reconcileRun } from './reconcile.js';
+import { removeStaleWorktrees } from './isolation.js';
 import { freshStatus } from './run-status.js';
 
 export interface CancelResult {
@@ -53,7 +54,12 @@ export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?:
       // The runner did not act within its grace: stop everything of the run from here.
       const runner = s.runner;
       const term = await terminateProcesses(() => findRunProcesses({ pgids: runnerGroups(runner), token: record.runToken, since: runner.startTime, exclude: [process.pid] }), 0, 500);
-      s = (await endRun(ctx, record, { state: 'cancelled', error: { code: 'CANCELLED', message: 'the run was cancelled' }, survivors: term.survivors })).status;
+      const ended = await endRun(ctx, record, { state: 'cancelled', error: { code: 'CANCELLED', message: 'the run was cancelled' }, survivors: term.survivors });
+      s = ended.status;
+      // The runner did not log its end: this does, so that followers of the event log (watch) see the run end.
+      if (ended.ours) ctx.store.event(runId, { type: 'ended', state: 'cancelled', by: 'canceller' });
+      // Not awaited: deleting a large worktree must not hold up the answer (gc sweeps what an exit cuts short).
+      if (term.survivors.length === 0) void removeStaleWorktrees(ctx, runId);
     }
     // The runner exits right after recording the end (ledger release, last event): wait for that as well, within the
     // same bound, so that an answer of "cancelled" means no process of the run is left.

@@ -21,6 +21,7 @@ import { claimWarmRunner, warmLaunchSettled } from './warm-pool.js';
 import { resolveRunCwd } from './roots.js';
 import { indexRun, ownActiveRuns } from './listing.js';
 import { originalUmask } from './original-umask.js';
+import { resolveIsolation, type IsolationInput } from './isolation.js';
 
 export interface AgentTaskInput { agent: string; task: string }
 export interface GroupInput { parallel: AgentTaskInput[]; concurrency?: number; failFast?: boolean }
@@ -32,7 +33,7 @@ export type LaunchInput = {
   timeoutMs?: number;
   label?: string;
   model?: string;
-} & (
+} & IsolationInput & (
   | { mode: 'single'; step: AgentTaskInput }
   | { mode: 'parallel'; group: GroupInput }
   | { mode: 'chain'; chain: ChainEntryInput[] }
@@ -115,6 +116,8 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   const catalog = await catalogFor(ctx);
   const entries: ChainEntryInput[] = input.mode === 'single' ? [input.step] : input.mode === 'parallel' ? [input.group] : input.chain;
   const steps = buildSteps(ctx, catalog, entries, input.model);
+  // Before anything is reserved or written: a repository that cannot be isolated is a refusal.
+  const isolation = await resolveIsolation(ctx, cwd, input, steps);
   const paths = claimPaths(steps);
   const runId = newRunId();
   const rootRunId = nesting ? nesting.rootRunId : runId;
@@ -130,7 +133,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     maxAgents: parentRecord?.maxAgents ?? settings.maxAgents,
     passEnv: treePassEnv(ctx, parentRecord), umask: originalUmask(), depth, rootRunId, parentRunId: nesting?.parentRunId ?? null,
     parentStepKey: nesting?.parentStepKey ?? null, limits, runToken: randomBytes(24).toString('base64url'),
-    server: ctx.server, steps,
+    server: ctx.server, steps, ...(isolation ? { isolation } : {}),
   };
   const status: RunStatus = {
     v: 1, runId, state: 'starting', error: null, startedAt: null, endedAt: null, updatedAt: record.createdAt,
@@ -189,6 +192,8 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   let started: RunStatus;
   let askedWarmPool = false;
   try {
+    // A launch abandoned before its spawn (the server shutting down) starts no runner at all.
+    if (o.signal.aborted) throw new HandshakeFailure('spawn', 'the launch was cancelled or the server is shutting down', null);
     const env = runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord), envFor);
     // A pre-booted idle runner when the home has one (manager/warm-pool.ts), else one booted for this run.
     askedWarmPool = true;
@@ -265,7 +270,7 @@ async function abandonLaunch(ctx: ManagerContext, record: RunRecord, f: Handshak
     while (performance.now() < end) {
       const alive = runner ? isAlive(runner) : processExists(pid);
       if (!alive) break;
-      await new Promise((r) => setTimeout(r, 20));
+      await new Promise((r) => setTimeout(r, 5));
     }
   }
   return ended ? 'failed' : 'unrecorded';

@@ -7,6 +7,7 @@ import { removeStaleTemps } from '../store/atomic-write.js';
 import { ReadyFile, readStateFile } from '../store/state-files.js';
 import { isTerminalRun } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';
+import { removeStaleWorktrees } from './isolation.js';
 
 const inflight = new Map<string, Promise<void>>();
 
@@ -76,7 +77,7 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
   // us from another server), ends the way it was asked to: cancelled, not lost. Its slots stay held while a process
   // of it survived SIGKILL (capacity pruning returns them once it is gone).
   const asked = readCancelRequest(ctx.store, runId);
-  const { status: after } = await endRun(ctx, record, {
+  const { status: after, ours } = await endRun(ctx, record, {
     ...(asked
       ? { state: 'cancelled', error: asked === 'PARENT_ENDED'
         ? { code: 'PARENT_ENDED', message: 'the agent that launched this run ended; its runner was gone, so its processes were stopped by reconciliation' }
@@ -93,6 +94,10 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
   for (const c of ctx.store.children(runId)) {
     try { requestCancel(ctx.store, c.runId, 'PARENT_ENDED'); } catch { /* gone */ }
   }
+  // Its worktrees go now that nothing of the run runs (what their steps committed stays on the branches). Not
+  // awaited: deleting thousands of files must not hold up the status answer that waits for this reconciliation;
+  // gc sweeps what an exiting process cuts short.
+  if (term.survivors.length === 0 && ours) void removeStaleWorktrees(ctx, runId);
 }
 
 /**

@@ -31,3 +31,8 @@ export function sessionRegistrar(settings: Settings, fresh: boolean): (own: Sess
 export function settleLocksBeforeExit(): Promise<void> {
   return settleLocks();
 }
+
+/** Ends the thread that spawns runners (loaded only if a launch used it), for a server that is exiting. */
+export async function stopSpawnerThread(): Promise<void> {
+  await (await import('../process/spawn-detached.js')).stopSpawner();
+}

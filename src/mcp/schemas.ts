@@ -40,6 +40,9 @@ export const LaunchInput = z.object({
   timeoutMs: z.number().int().min(1).optional().describe('Time limit of the whole run in ms'),
   label: z.string().max(MAX_LABEL_CHARS).optional().describe('A short label shown in listings'),
   model: z.string().min(1).max(128).optional().describe("One of the agent's `models`"),
+  isolation: z.enum(['worktree']).optional()
+    .describe('"worktree": each step (each group member) runs in its own git worktree on a branch subagents/<runId>/<step>, committed when it ends'),
+  baseRef: z.string().min(1).max(256).optional().describe('With isolation: the branch, tag or commit the first step starts from (default: HEAD of the cwd\'s repository)'),
 }).strict();
 
 export const StatusInput = z.object({
@@ -67,6 +70,18 @@ export const DismissInput = z.object({
 export const CancelInput = z.object({ runId: runId.optional() }).strict();
 export const AgentsInput = z.object({}).strict();
 
+export const DashboardInput = z.object({
+  view: z.enum(['list', 'run', 'output']).optional().describe('What to answer (default "list"): the run tree, one run in full, or one step\'s output tail. The dashboard page asks for these itself'),
+  runId: runId.optional().describe('For view "run" and "output"'),
+  step: z.string().min(1).max(20).optional().describe('For view "output": the step key, e.g. "0" or "2.1"'),
+  state: z.string().max(20).optional().describe('For view "list": all, active, ended, or one run state'),
+  agent: z.string().max(64).optional().describe('For view "list": only trees with a run of this agent'),
+  q: z.string().max(200).optional().describe('For view "list": search labels and run ids'),
+  all: z.boolean().optional().describe('For view "list": include dismissed runs'),
+  page: z.number().int().min(1).max(1_000_000).optional().describe('For view "list": the page, newest first (50 run trees a page)'),
+  bytes: z.number().int().min(1).max(256 * 1024).optional().describe('For view "output": how many bytes of the end of the output (default 16384)'),
+}).strict();
+
 // ---- outputs ---------------------------------------------------------------------------------------------
 
 const ErrorInfo = z.object({ code: z.string(), message: z.string() }).nullable();
@@ -74,17 +89,16 @@ const Fanout = z.object({ used: z.number(), limit: z.number(), remaining: z.numb
 const Capacity = z.object({ active: z.number(), limit: z.number() });
 const TextView = z.object({ text: z.string(), bytes: z.number(), truncated: z.boolean() });
 
-export const LaunchOutput = z.object({
-  runId: z.string(), sessionId: z.string(), state: z.string(), mode: z.string(),
-  steps: z.array(z.object({ index: z.number(), agent: z.string(), state: z.string() })),
-  fanout: Fanout, capacity: Capacity,
-});
+const Changes = z.object({
+  branch: z.string(), commit: z.string(), base: z.string(), files: z.number(), insertions: z.number(), deletions: z.number(),
+}).describe('An isolated step\'s branch and what it changed from its base; the patch is the resource …/steps/{index}/patch');
 
 const StepView = z.object({
   index: z.number(), agent: z.string(), state: z.string(), exitCode: z.number().nullable(), signal: z.string().nullable(),
   startedAt: z.string().nullable(), endedAt: z.string().nullable(), pid: z.number().nullable(), output: TextView,
   stderrTail: z.string().optional(), usage: z.record(z.string(), z.number()).nullable(), costUsd: z.number().nullable(),
   error: ErrorInfo, children: z.array(z.string()),
+  changes: Changes.optional(),
   members: z.array(z.record(z.string(), z.unknown())).optional().describe('A parallel group\'s members, each shaped like a step'),
 });
 
@@ -108,6 +122,24 @@ export const StatusOutput = z.object({
   omitted: z.number().optional().describe('Older runs not listed inline (the newest 200 are); resources/list pages through all'),
   capacity: Capacity.optional(),
   waitedMs: z.number().optional(), changed: z.boolean().optional(),
+  next: z.string().optional().describe('What to do next: wait again with status while the run is active, or where its output is once it ended'),
+});
+
+/** What to call next, in words a model acts on: some clients show the model only structuredContent (docs/clients.md). */
+const Next = z.string().describe('What to do next, e.g. the status call that waits for the run');
+
+/**
+ * launch's answer, and also (for a task-augmented launch, docs/clients.md "MCP Tasks") the task's result, which is the
+ * ended run's status: clients validate a task's result against this schema, so every field of a run's status is
+ * admitted here, optional.
+ */
+export const LaunchOutput = StatusOutput.omit({ runs: true, omitted: true }).extend({
+  runId: z.string(), state: z.string(), mode: z.string(),
+  steps: z.array(z.object({ index: z.number(), agent: z.string(), state: z.string() }))
+    .describe('{ index, agent, state } of each step (in a task\'s result: each step as status shows it)'),
+  fanout: Fanout,
+  capacity: Capacity.optional().describe('Active top-level runs, this one included (absent from a task\'s result)'),
+  next: Next,
 });
 
 export const AppendOutput = z.object({ sessionId: z.string(), runId: z.string(), stepIndex: z.number(), pendingAppends: z.number(), fanout: Fanout });
@@ -123,6 +155,7 @@ export const AgentsOutput = z.object({
     available: z.boolean(), problem: z.string().optional(),
     warnings: z.array(z.string()).optional().describe('What the definition asks for that its backend ignores or cannot do here (e.g. delegate: true on pi or command; a claude agent at full under root); the agent stays launchable'),
     models: z.array(z.string()).optional(),
+    isolation: z.literal('worktree').optional().describe('Each step of this agent runs in its own git worktree and branch'),
   })),
   refused: z.array(z.object({ name: z.string().optional(), path: z.string(), source: z.string(), reason: z.string() })),
   backends: z.array(z.object({
@@ -130,6 +163,12 @@ export const AgentsOutput = z.object({
     version: z.string().optional().describe('First line of the CLI\'s version output; absent while still being read (the next call has it) or when it failed'),
     problem: z.string().optional().describe('Why this CLI is unusable: not found, or its version command failed or hung'),
   })).describe('Each agent CLI backend: whether its executable is found (SUBAGENTS_BIN_<BACKEND> or PATH), its version, and why it is unusable if it is'),
+});
+
+/** The dashboard's answers are the page's data (docs/watch-and-ui.md); only their kind is fixed here. */
+export const DashboardOutput = z.looseObject({
+  view: z.enum(['list', 'run', 'output']).describe('Which view this answers'),
+  sessionId: z.string(),
 });
 
 export const TOOL_SCHEMAS = {
@@ -140,6 +179,7 @@ export const TOOL_SCHEMAS = {
   dismiss: { input: DismissInput, output: DismissOutput },
   cancel: { input: CancelInput, output: CancelOutput },
   agents: { input: AgentsInput, output: AgentsOutput },
+  dashboard: { input: DashboardInput, output: DashboardOutput },
 } as const;
 
 /** JSON Schema as published in tools/list and in schemas/ (inputs in `input` mode, so nothing optional turns required). */

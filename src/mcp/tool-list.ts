@@ -8,8 +8,10 @@ export interface ListedTool {
   title: string;
   description: string;
   annotations: Record<string, unknown>;
+  execution?: { taskSupport: 'optional' };
   inputSchema: { type: 'object' } & Record<string, unknown>;
   outputSchema: { type: 'object' } & Record<string, unknown>;
+  _meta?: Record<string, unknown>;
 }
 
 /**
