@@ -81,15 +81,15 @@ export function claimWarmRunner(ctx: ManagerContext, runDir: string, env: Record
   state.inFlight++;
   const files = filesOf(ctx);
   for (const e of ownIdle(files)) {
-    if (!isAlive(e)) { files.forget(e.key); continue; } // an idle runner that died costs nothing
+    if (!isAlive(e)) { files.forget(e.key, e.log); continue; } // an idle runner that died costs nothing
     if (!files.take(e.key)) continue; // another server's, or it retired
-    if (!isAlive(e)) { files.forget(e.key); continue; }
+    if (!isAlive(e)) { files.forget(e.key, e.log); continue; }
     state.booting.delete(e.pid); // announced and taken: no longer one of ours on its way up
     try {
       files.writeClaim(e.key, { runDir, env });
     } catch {
       stopIdle(e);
-      files.forget(e.key);
+      files.forget(e.key, e.log);
       continue;
     }
     return watched(e, ctx.settings.handshakeTimeoutMs);
@@ -153,7 +153,7 @@ export function refill(ctx: ManagerContext): void {
   const target = targetSize(ctx, state);
   const idle = ownIdle(files).filter((e) => {
     if (isAlive(e)) return true;
-    files.forget(e.key);
+    files.forget(e.key, e.log);
     return false;
   });
   const now = performance.now();

@@ -43,7 +43,7 @@ async function warmStart(warmDir: string): Promise<{ runDir: string; supervisor:
   let supervisor: Supervisor | null = null;
   const bootLog = process.env.SUBAGENTS_WARM_LOG;
   const got = await awaitWarmClaim({
-    warmDir, me: selfIdentity(), build: process.env.SUBAGENTS_WARM_BUILD ?? '',
+    warmDir, me: selfIdentity(), build: process.env.SUBAGENTS_WARM_BUILD ?? '', bootLog,
     idleMs: Number(process.env.SUBAGENTS_WARM_IDLE_MS) || 300_000,
     claimWaitMs: Number(process.env.SUBAGENTS_WARM_CLAIM_MS) || 10_000,
     prepare: () => { void loadSupervisor().then((s) => { supervisor = s; }); },

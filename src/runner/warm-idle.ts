@@ -15,6 +15,8 @@ export interface WarmIdleOptions {
   me: ProcessIdentity;
   /** The build tag the booting server gave it (manager/warm-pool.ts), announced with it. */
   build: string;
+  /** Its stdout/stderr file in the warm directory (named in the announcement, so a claimant can remove a dead one's). */
+  bootLog?: string;
   idleMs: number;
   /** How long a taken runner waits for its claim (the claimant's handshake timeout). */
   claimWaitMs: number;
@@ -25,7 +27,7 @@ export interface WarmIdleOptions {
 export async function awaitWarmClaim(o: WarmIdleOptions): Promise<{ claim: WarmClaim; key: string } | null> {
   const files = new WarmPoolFiles(o.warmDir);
   o.prepare?.();
-  const key = files.announce(o.me, o.build);
+  const key = files.announce(o.me, o.build, o.bootLog);
   const watch = { dirs: [o.warmDir], filter: (n: string) => files.isOwnName(key, n), pollMs: 1000 };
   const seen = await waitUntil<'taken'>({
     ...watch, timeoutMs: o.idleMs,

@@ -14,6 +14,8 @@ export interface IdleEntry extends ProcessIdentity {
   key: string;
   /** Which build of the runner it is (a server claims only its own build's runners: the two must speak alike). */
   build: string;
+  /** Its boot log's name in the warm directory ('' if none), removed with it when it is found dead. */
+  log: string;
 }
 
 export interface WarmClaim {
@@ -40,9 +42,10 @@ export class WarmPoolFiles {
     fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
   }
 
-  announce(id: ProcessIdentity, build: string): string {
+  announce(id: ProcessIdentity, build: string, bootLog = ''): string {
     const key = WarmPoolFiles.keyOf(id);
-    writeFileAtomic(this.file(key, 'idle'), JSON.stringify({ pid: id.pid, startTime: id.startTime, build }), { durable: false });
+    const log = path.dirname(bootLog) === this.dir ? path.basename(bootLog) : '';
+    writeFileAtomic(this.file(key, 'idle'), JSON.stringify({ pid: id.pid, startTime: id.startTime, build, log }), { durable: false });
     return key;
   }
 
@@ -56,9 +59,10 @@ export class WarmPoolFiles {
     for (const n of names) {
       if (!n.endsWith('.idle') || n.startsWith('.')) continue;
       try {
-        const v = JSON.parse(fs.readFileSync(path.join(this.dir, n), 'utf8')) as { pid?: unknown; startTime?: unknown; build?: unknown };
+        const v = JSON.parse(fs.readFileSync(path.join(this.dir, n), 'utf8')) as { pid?: unknown; startTime?: unknown; build?: unknown; log?: unknown };
         if (typeof v.pid === 'number' && typeof v.startTime === 'string') {
-          out.push({ key: n.slice(0, -5), pid: v.pid, startTime: v.startTime, build: typeof v.build === 'string' ? v.build : '' });
+          const log = typeof v.log === 'string' && /^boot-[\w-]+\.log$/.test(v.log) ? v.log : '';
+          out.push({ key: n.slice(0, -5), pid: v.pid, startTime: v.startTime, build: typeof v.build === 'string' ? v.build : '', log });
         }
       } catch { /* gone meanwhile, or half a name: not a candidate */ }
     }
@@ -86,9 +90,10 @@ export class WarmPoolFiles {
     }
   }
 
-  /** Names of a runner known dead (its `.idle`), so nobody tries it again. */
-  forget(key: string): void {
+  /** Names of a runner known dead or done with the pool (its `.idle`), so nobody tries it again; `log`: its boot log too. */
+  forget(key: string, log = ''): void {
     for (const k of ['idle', 'taken', 'claim'] as const) fs.rmSync(this.file(key, k), { force: true });
+    if (log) fs.rmSync(path.join(this.dir, log), { force: true });
   }
 
   /** The claimant's message: 0600, whole or absent (it carries the run's environment, so never a listing's business). */

@@ -78,6 +78,9 @@ describe('warm runners', () => {
     setup();
     const s = await serve();
     const [victim] = await poolOf(2);
+    const victimLog = readJson(path.join(t!.home, 'warm', `${victim!.pid}-${victim!.startTime}.idle`)).log as string;
+    expect(victimLog).toMatch(/^boot-.*\.log$/);
+    expect(fs.existsSync(path.join(t!.home, 'warm', victimLog))).toBe(true);
     process.kill(victim!.pid, 'SIGKILL');
     await until(() => !stillRunning(victim!), 'the idle runner gone');
     for (let i = 0; i < 3; i++) {
@@ -88,6 +91,7 @@ describe('warm runners', () => {
       expect(done.runner?.pid ?? readJson(path.join(t!.home, 'runs', sc(r).runId, 'status.json')).runner.pid).not.toBe(victim!.pid);
     }
     expect(fs.existsSync(path.join(t!.home, 'warm', `${victim!.pid}-${victim!.startTime}.idle`))).toBe(false);
+    expect(fs.existsSync(path.join(t!.home, 'warm', victimLog))).toBe(false); // its boot log went with it
     expect(ledger(t!.home).roots).toEqual({});
   });
 
