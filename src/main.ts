@@ -3,11 +3,10 @@
  * The bin entry. `serve` (or no command) speaks MCP on stdio; the other commands are for people at a terminal.
  * Each command's module is imported only when used, so the server starts without loading the CLI's code.
  */
+import { enableCompileCache } from './compile-cache.js';
 import { packageVersion } from './version.js';
 
-// Node 22.1+ keeps V8's compiled code of the bundles on disk (the server and the command line parse one large file
-// each at every start); on older Node the call does not exist and nothing changes.
-(process.getBuiltinModule('node:module') as { enableCompileCache?: () => unknown }).enableCompileCache?.();
+enableCompileCache();
 
 const argv = process.argv.slice(2);
 const first = argv[0];

@@ -57,8 +57,6 @@ async function warmStart(warmDir: string): Promise<{ runDir: string; supervisor:
 }
 
 async function main(): Promise<number> {
-  // Node 22.1+: the supervisor's bundle is compiled from the on-disk cache when it loads (absent on older Node).
-  (process.getBuiltinModule('node:module') as { enableCompileCache?: () => unknown }).enableCompileCache?.();
   process.umask(0o077);
   let runDir = process.argv[2];
   let preloaded: Supervisor | null = null;

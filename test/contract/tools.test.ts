@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { writeAgent } from '../helpers/state-home.js';
 import { inMemoryServer, textOf, type InMemoryServer } from './in-memory.js';
 
-const TOOLS = ['launch', 'status', 'append', 'restore', 'dismiss', 'cancel', 'agents'];
+const TOOLS = ['launch', 'status', 'append', 'restore', 'dismiss', 'cancel', 'agents', 'dashboard'];
 
 describe('tools over the in-memory transport', () => {
   let s: InMemoryServer;
