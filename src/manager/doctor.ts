@@ -14,6 +14,7 @@ import type { ManagerContext } from './context.js';
 import { listAll } from './listing.js';
 import { diskBytes } from './gc.js';
 import { ReadyFile, readStateFile } from '../store/state-files.js';
+import { peopleCommand } from '../invocation.js';
 
 /**
  * `doctor`: everything a person needs to trust and debug this machine's setup, read-only (it reconciles nothing,
@@ -23,6 +24,8 @@ export interface DoctorReport {
   version: string;
   node: string;
   platform: string;
+  /** How a person runs this installation's commands: `subagents-mcp` when that is this installation on PATH, else `node …/dist/main.js`. */
+  command: string;
   home: { path: string; source: string; exists: boolean; mode: string | null; problems: string[]; runs: number; bytes: number };
   settings: Array<{ env: string; flag: string; value: string; source: string }>;
   backends: Array<{ backend: Backend; bin: string | null; found: boolean; version: string | null; usable: boolean; problem?: string }>;
@@ -104,7 +107,7 @@ function runsNeedingAttention(ctx: ManagerContext): DoctorReport['attention'] {
     if (skipped > 0) out.push({ runId: m.runId, state: s.state, problem: `its event log ${events} has ${skipped} unparsable line(s), skipped when read; the run itself is unaffected` });
     if (isTerminalRun(s.state)) continue;
     if (s.state === 'running' && !isAlive(s.runner)) {
-      out.push({ runId: m.runId, state: s.state, problem: `its runner (pid ${s.runner?.pid ?? '?'}) is gone; \`subagents-mcp runs\` or any server records it failed/RUNNER_LOST and stops its leftovers` });
+      out.push({ runId: m.runId, state: s.state, problem: `its runner (pid ${s.runner?.pid ?? '?'}) is gone; \`${peopleCommand('runs')}\` or any server records it failed/RUNNER_LOST and stops its leftovers` });
       continue;
     }
     if (s.state === 'starting') {
@@ -119,7 +122,7 @@ function runsNeedingAttention(ctx: ManagerContext): DoctorReport['attention'] {
     }
     const idle = now - lastActivityMs(ctx, m.runId);
     if (idle > 30 * 60_000) {
-      out.push({ runId: m.runId, state: s.state, problem: `alive but no output or state change for ${Math.round(idle / 60_000)} min; look with \`subagents-mcp show ${m.runId}\`, stop with \`subagents-mcp cancel ${m.runId}\`` });
+      out.push({ runId: m.runId, state: s.state, problem: `alive but no output or state change for ${Math.round(idle / 60_000)} min; look with \`${peopleCommand(`show ${m.runId}`)}\`, stop with \`${peopleCommand(`cancel ${m.runId}`)}\`` });
     }
   }
   return out;
@@ -172,6 +175,7 @@ export async function runDoctor(ctx: ManagerContext, version: string): Promise<D
     version,
     node: process.version,
     platform: `${process.platform} ${process.arch}`,
+    command: peopleCommand(''),
     home: { path: s.home, source: s.sources.home ?? 'default', exists: check.exists, mode, problems: check.problems, runs: runIds.length, bytes: safe ? diskBytes(s.home) : 0 },
     settings: settingRows(s),
     backends,
