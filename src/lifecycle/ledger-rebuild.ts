@@ -3,7 +3,8 @@ import { isAlive } from '../process/identity.js';
 import { Layout } from '../store/layout.js';
 import type { AgentSlot, Ledger, QueueEntry, RootReservation, TreeBudget } from '../store/ledger.js';
 import { QUEUED_LAUNCH_FILE, QueuedLaunchFile, readStateFile, type QueuedLaunch } from '../store/state-files.js';
-import { RunStore } from '../store/run-store.js';
+import { FileRunStore } from '../store/run-store.js';
+import type { RunStore } from '../store/ports.js';
 import { descendants, readyIdentity, runMayBeLive, safeRecord, safeStatus } from './run-tree.js';
 import { firstStepWidth, isTerminalRun, type RunRecord, type RunStatus, type StepSpec, type StepStatus } from '../store/run-types.js';
 
@@ -28,7 +29,7 @@ const claimsOf = (s: StepSpec): number => (s.kind === 'agent' ? 1 : s.members.le
 export function rebuildLedger(ledgerFile: string): Ledger {
   const l: Ledger = { v: 1, roots: {}, trees: {}, agents: {} };
   try {
-    const store = new RunStore(new Layout(path.dirname(ledgerFile)));
+    const store = new FileRunStore(new Layout(path.dirname(ledgerFile)));
     const records = new Map<string, RunRecord | null>();
     const record = (id: string) => {
       if (!records.has(id)) records.set(id, safeRecord(store, id));

@@ -6,11 +6,10 @@ import type { DetachedOptions } from '../process/detached-start.js';
 import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/terminate.js';
 import type { Layout } from '../store/layout.js';
 import { peekLedger, type Ledger, type QueueEntry } from '../store/ledger.js';
-import type { RunStore } from '../store/run-store.js';
+import type { CapacityLedger, RunStore } from '../store/ports.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { QUEUED_LAUNCH_FILE, QueuedLaunchFile, readStateFile, type QueuedLaunch } from '../store/state-files.js';
 import { awaitReady, HandshakeFailure, proceedAndAwaitStart, type StartedRunner } from './handshake.js';
-import { withLedger } from './ledger.js';
 import { endRun } from './run-lifecycle.js';
 
 /**
@@ -135,6 +134,7 @@ export function pickLocked(l: Ledger, self: ProcessIdentity, now = Date.now()): 
 export interface HandOffHost {
   store: RunStore;
   layout: Layout;
+  ledger: CapacityLedger;
   self: ProcessIdentity;
   spawn: (argv: string[], options: DetachedOptions) => StartedRunner | Promise<StartedRunner>;
   /** SUBAGENTS_TEST_FAULT: this process SIGKILLs itself at the named point of a hand-off (the repair is tested so). */
@@ -189,7 +189,7 @@ export function handOff(host: HandOffHost): Promise<number> {
 async function handOffLoop(host: HandOffHost): Promise<number> {
   let started = 0;
   for (let round = 0; round < 64; round++) {
-    const { start, expired } = await withLedger(host.layout, (l) => { host.prune?.(l); return pickLocked(l, host.self); });
+    const { start, expired } = await host.ledger.change((l) => { host.prune?.(l); return pickLocked(l, host.self); });
     for (const runId of expired) await endQueued(host, runId, 'QUEUE_TIMEOUT').catch(() => {});
     if (start.length === 0) break;
     fault(host, 'handoff-after-pick');
@@ -201,10 +201,10 @@ async function handOffLoop(host: HandOffHost): Promise<number> {
 }
 
 /** Ends a queued run that never started (QUEUE_TIMEOUT, or cancelled), its queue entry and claims returned. */
-export async function endQueued(on: { store: RunStore; layout: Layout }, runId: string, why: 'QUEUE_TIMEOUT' | 'CANCELLED'): Promise<RunStatus | null> {
+export async function endQueued(on: { store: RunStore; layout: Layout; ledger: CapacityLedger }, runId: string, why: 'QUEUE_TIMEOUT' | 'CANCELLED'): Promise<RunStatus | null> {
   const record = on.store.readRecord(runId);
   if (!record) return null;
-  await withLedger(on.layout, (l) => { dequeueLocked(l, runId); });
+  await on.ledger.change((l) => { dequeueLocked(l, runId); });
   const r = await endRun(on, record, why === 'QUEUE_TIMEOUT'
     ? { state: 'failed', error: { code: 'QUEUE_TIMEOUT', message: 'the run waited in the queue past its queue timeout (queueTimeoutMs, SUBAGENTS_QUEUE_TIMEOUT_MS) and never started; launch it again, or raise the timeout' }, from: ['queued', 'starting'] }
     : { state: 'cancelled', error: { code: 'CANCELLED', message: 'the run was cancelled while it waited in the queue; it never started' }, from: ['queued', 'starting'] });
@@ -214,7 +214,7 @@ export async function endQueued(on: { store: RunStore; layout: Layout }, runId: 
 
 /** Drops a picked entry whose run is no longer waiting (it ended, or started in an earlier attempt), and our reservation. */
 async function forget(host: HandOffHost, runId: string): Promise<void> {
-  await withLedger(host.layout, (l) => {
+  await host.ledger.change((l) => {
     if (l.queue) delete l.queue[runId];
     const r = l.roots[runId];
     if (r && r.runner === null && r.server.pid === host.self.pid && r.server.startTime === host.self.startTime) {
@@ -241,7 +241,7 @@ async function startQueued(host: HandOffHost, picked: Picked): Promise<'started'
     // A runner of an earlier attempt (its hand-off died) may still wait for proceed: its attempt is no longer the
     // run's, so it never claims the start, and it reports ready in its own file. A proceed left by that attempt goes.
     try { fs.unlinkSync(paths.proceed); } catch { /* none */ }
-    return store.updateLocked(runId, (cur) => ({ ...cur, state: 'starting', attempt, launcher: host.self }), { durable: false });
+    return store.updateLocked(runId, (cur: RunStatus) => ({ ...cur, state: 'starting', attempt, launcher: host.self }), { durable: false });
   });
   if (!claimed || claimed.state !== 'starting' || claimed.attempt !== attempt) { await forget(host, runId); return 'gone'; }
   fault(host, 'handoff-after-starting');
@@ -261,7 +261,7 @@ async function startQueued(host: HandOffHost, picked: Picked): Promise<'started'
     runner = await awaitReady(wait);
     phase = 'bind';
     const ready = runner;
-    await withLedger(host.layout, (l) => {
+    await host.ledger.change((l) => {
       const r = l.roots[runId];
       if (!r || r.server.pid !== host.self.pid) throw new HandshakeFailure('bind', 'the capacity reservation expired before the runner was ready', ready);
       r.runner = ready;
@@ -271,7 +271,7 @@ async function startQueued(host: HandOffHost, picked: Picked): Promise<'started'
     const started = await proceedAndAwaitStart(wait, runner);
     if (started.startedAt === null) throw new HandshakeFailure('proceed', `the run became ${started.state} at its start`, runner);
     fault(host, 'handoff-after-proceed');
-    await withLedger(host.layout, (l) => { if (l.queue) delete l.queue[runId]; }).catch(() => {});
+    await host.ledger.change((l) => { if (l.queue) delete l.queue[runId]; }).catch(() => {});
     store.event(runId, { type: 'launched', runnerPid: runner.pid, handedOffBy: host.self.pid, attempt });
     return 'started';
   } catch (e) {
@@ -280,7 +280,7 @@ async function startQueued(host: HandOffHost, picked: Picked): Promise<'started'
       state: 'failed', error: { code: 'HANDSHAKE_FAILED', message: `the runner of the queued run failed at the ${f.phase} phase: ${f.reason}` }, from: ['starting'],
     }).catch(() => null);
     if (ended && ended.status.startedAt !== null) {
-      await withLedger(host.layout, (l) => { if (l.queue) delete l.queue[runId]; }).catch(() => {});
+      await host.ledger.change((l) => { if (l.queue) delete l.queue[runId]; }).catch(() => {});
       return 'started';
     }
     const pid = runner?.pid ?? child?.pid;

@@ -6,15 +6,14 @@ import { BACKENDS, type Backend } from '../agents/types.js';
 import { flagName, type Settings } from '../config.js';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { readEvents } from '../store/event-log.js';
-import { readLedger } from '../lifecycle/ledger.js';
 import { waitingOrder } from '../lifecycle/queue.js';
 import type { Ledger } from '../store/ledger.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
-import { SessionRegistry } from '../store/session-registry.js';
 import { checkStateHome } from '../store/state-home.js';
 import { CLAUDE_ROOT_WARNING, listAgents, listBackends } from './agent-list.js';
 import { loadFullCatalog } from './agent-resolver.js';
 import type { ManagerContext } from './context.js';
+import { warmPoolCount } from './warm-pool.js';
 import { listAll } from './listing.js';
 import { diskBytes } from './gc.js';
 import { ReadyFile, readStateFile } from '../store/state-files.js';
@@ -55,7 +54,7 @@ export interface DoctorReport {
   warnings: string[];
 }
 
-function settingRows(s: Settings): DoctorReport['settings'] {
+function settingRows(s: Settings, warmIdle: number): DoctorReport['settings'] {
   const rows: DoctorReport['settings'] = [];
   const add = (env: string, key: string, value: string) => rows.push({ env, flag: flagName(env), value, source: s.sources[key] ?? 'default' });
   add('SUBAGENTS_HOME', 'home', s.home);
@@ -77,6 +76,8 @@ function settingRows(s: Settings): DoctorReport['settings'] {
   add('SUBAGENTS_MAX_QUEUED', 'maxQueued', String(s.maxQueued));
   add('SUBAGENTS_QUEUE_TIMEOUT_MS', 'queueTimeoutMs', String(s.queueTimeoutMs));
   add('SUBAGENTS_MAX_OUTPUT_BYTES', 'maxOutputBytes', String(s.maxOutputBytes));
+  add('SUBAGENTS_WARM_RUNNERS', 'warmRunners', s.warmRunners === 0 ? '0 (a runner boots per launch)' : `${s.warmRunners} (${warmIdle} idle in this home now; after a burst, up to 8 for one idle time)`);
+  add('SUBAGENTS_WARM_IDLE_MS', 'warmIdleMs', String(s.warmIdleMs));
   for (const [b, bin] of Object.entries(s.bins)) rows.push({ env: `SUBAGENTS_BIN_${b.toUpperCase()}`, flag: '-', value: bin, source: 'env' });
   return rows;
 }
@@ -174,10 +175,10 @@ export async function runDoctor(ctx: ManagerContext, version: string): Promise<D
   });
   const blocked = names.filter((n) => isNeverPass(n));
 
-  const ledger = safe ? readLedger(ctx.layout) : { roots: {}, agents: {}, queue: {} };
+  const ledger = safe ? ctx.ledger.read() : { roots: {}, agents: {}, queue: {} };
   const attention = safe ? runsNeedingAttention(ctx) : [];
   if (attention.length) warnings.push(`${attention.length} run(s) need attention (see runs needing attention)`);
-  for (const f of safe ? new SessionRegistry(s.home).damaged() : []) {
+  for (const f of safe ? ctx.sessionRegistry.damaged() : []) {
     warnings.push(`session registry file ${f} does not parse; the adoptions it recorded are rebuilt from the runs' adoption markers, so listings and restore still work. Its server rewrites it while it runs; otherwise remove it`);
   }
   if (process.platform === 'win32') warnings.push('launch is not supported on Windows (PLATFORM_UNSUPPORTED); agents and doctor work');
@@ -188,7 +189,7 @@ export async function runDoctor(ctx: ManagerContext, version: string): Promise<D
     platform: `${process.platform} ${process.arch}`,
     command: peopleCommand(''),
     home: { path: s.home, source: s.sources.home ?? 'default', exists: check.exists, mode, problems: check.problems, runs: runIds.length, bytes: safe ? diskBytes(s.home) : 0 },
-    settings: settingRows(s),
+    settings: settingRows(s, warmPoolCount(ctx)),
     backends,
     agents: { projectDir: catalog.projectDir, projectTrusted: catalog.projectTrusted, available: listing.agents, refused: listing.refused },
     passThrough: { patterns: s.passEnv, set: passed, credentials, blocked },

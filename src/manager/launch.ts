@@ -17,11 +17,11 @@ import { bindReservation, pruneRoots, refusalWithoutLock, releaseReservation, re
 import { RUNNER_MAIN, type ManagerContext } from './context.js';
 import { awaitReady, handshakeError, HandshakeFailure, proceedAndAwaitStart, type HandshakePhase } from '../lifecycle/handshake.js';
 import { checkNesting } from './nesting.js';
+import { claimWarmRunner, warmLaunchSettled } from './warm-pool.js';
 import { resolveRunCwd } from './roots.js';
 import { indexRun, ownActiveRuns } from './listing.js';
 import { originalUmask } from './original-umask.js';
 import { enqueueLocked, QUEUED_LAUNCH_FILE, type QueuedLaunch } from '../lifecycle/queue.js';
-import { withLedger } from '../lifecycle/ledger.js';
 import { pruneAgentSlots } from '../lifecycle/agent-slots.js';
 import { serveQueue } from './queue.js';
 import { resolveIsolation, type IsolationInput } from './isolation.js';
@@ -113,7 +113,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     throw new SubagentError('INVALID_INPUT', `queueTimeoutMs ${input.queueTimeoutMs} is above the maximum of ${settings.maxTimeoutMs} ms (SUBAGENTS_MAX_TIMEOUT_MS).`);
   }
   // Nested: the secret must still be valid now (its step may have ended since this server started).
-  const nesting = ctx.nesting ? checkNesting(ctx.layout, ctx.nesting.parentRunId, ctx.nesting.secretHash) : null;
+  const nesting = ctx.nesting ? checkNesting(ctx.store, ctx.nesting.parentRunId, ctx.nesting.secretHash) : null;
   if (ctx.nesting && !nesting) throw new SubagentError('RUN_NOT_ACTIVE', 'the step that started this server has ended; nothing can be launched from it any more.');
   const parentRecord = nesting ? ctx.store.readRecord(nesting.parentRunId) : null;
   const rootRecord = nesting ? ctx.store.readRecord(nesting.rootRunId) : null;
@@ -211,10 +211,15 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   let runner = null;
   const runPaths = created.paths;
   let started: RunStatus;
+  let askedWarmPool = false;
   try {
     // A launch abandoned before its spawn (the server shutting down) starts no runner at all.
     if (o.signal.aborted) throw new HandshakeFailure('spawn', 'the launch was cancelled or the server is shutting down', null);
-    child = await spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env: runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord), envFor), logFile: runPaths.runnerLog });
+    const env = runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord), envFor);
+    // A pre-booted idle runner when the home has one (manager/warm-pool.ts), else one booted for this run.
+    askedWarmPool = true;
+    child = claimWarmRunner(ctx, runPaths.dir, env)
+      ?? await spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env, logFile: runPaths.runnerLog });
     testFault(ctx, 'server-after-spawn');
     // Bound while the runner boots (the server is idle for those ~30 ms): to the process we started, as /proc shows
     // it now. Its ready report must then name exactly this process, or the launch fails and releases what it holds.
@@ -245,6 +250,8 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     if (outcome === 'unrecorded') await releaseReservation(ctx, runId, rootRunId, paths.length).catch(() => {});
     if (!nesting) void serveQueue(ctx); // the slot this launch gave back goes to the queue's head
     throw handshakeError(failure, runId);
+  } finally {
+    if (askedWarmPool) warmLaunchSettled(ctx);
   }
   ctx.store.event(runId, { type: 'launched', runnerPid: runner.pid });
   return result(ctx, started, input.mode, reservation);
@@ -290,7 +297,7 @@ async function enqueueLaunch(ctx: ManagerContext, q: QueuedLaunchInput): Promise
   }
   let accepted: { position: number; length: number; active: number };
   try {
-    accepted = await withLedger(ctx.layout, (l) => {
+    accepted = await ctx.ledger.change((l) => {
       pruneAgentSlots(l);
       pruneRoots(l, settings.handshakeTimeoutMs, ctx.store);
       const pos = enqueueLocked(l, {

@@ -12,7 +12,7 @@ import type { ManagerContext } from './context.js';
 export function serveQueue(ctx: ManagerContext, signal?: AbortSignal): Promise<number> {
   if (ctx.nesting) return Promise.resolve(0); // nested servers run with an agent's environment: never the launcher of another tree
   return handOff({
-    store: ctx.store, layout: ctx.layout, self: ctx.server,
+    store: ctx.store, layout: ctx.layout, ledger: ctx.ledger, self: ctx.server,
     spawn: (argv, o) => spawnDetached(argv, o),
     fault: ctx.env.SUBAGENTS_TEST_FAULT,
     ...(signal ? { signal } : {}),

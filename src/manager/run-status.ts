@@ -3,7 +3,6 @@ import { watchRunDirs } from './run-files.js';
 import type { DirWatch } from '../wait.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { capacitySnapshot } from './capacity.js';
-import { readLedger } from '../lifecycle/ledger.js';
 import { queuePosition } from '../lifecycle/queue.js';
 import { serveQueue } from './queue.js';
 
@@ -190,7 +189,7 @@ export async function getStatus(ctx: ManagerContext, q: StatusQuery, o: { signal
     }
   }
   const runs: RunSummary[] = [];
-  const ledger = readLedger(ctx.layout);
+  const ledger = ctx.ledger.read();
   // The newest runs inline, the rest counted: a session with thousands of runs must not answer with megabytes
   // (resources/list pages through all of them).
   const omitted = Math.max(0, metas.length - LIST_MAX_RUNS);

@@ -9,6 +9,7 @@ import { fallbackRoots } from '../manager/roots.js';
 import { realpathOrNull } from '../realpath.js';
 import { SessionView } from '../manager/sessions.js';
 import { Sweeper } from '../manager/sweep.js';
+import { startWarmPool } from '../manager/warm-pool.js';
 import { DASHBOARD_URI, readAppResource } from './app-resource.js';
 import { completeArgument, listResources, readResource, requireResource, RESOURCE_TEMPLATES } from './resources.js';
 import { refusal } from './results.js';
@@ -25,14 +26,14 @@ import { loadTool, TOOL_NAMES } from './tools/lazy.js';
 
 /** Builds the manager context of one server process. */
 export function buildContext(settings: Settings, env: NodeJS.ProcessEnv, clientRoots: () => string[] | null, log: (line: string) => void = () => {}): { ctx: ManagerContext; sessions: SessionView } {
-  const { layout, store, server } = makeStore(settings);
+  const { layout, store, ledger, sessionRegistry, server } = makeStore(settings);
   const sessionId = settings.sessionId ?? newSessionId();
-  const sessions = new SessionView(settings.home, sessionId, layout.runsDir);
-  const nesting = resolveNesting(env, layout);
+  const sessions = new SessionView(sessionRegistry, sessionId, layout.runsDir);
+  const nesting = resolveNesting(env, store);
   const explicit = settings.explicitRoots?.map(realpathOrNull).filter((r): r is string => r !== null) ?? null;
   const fallback = fallbackRoots(settings.cwd, env);
   const ctx: ManagerContext = {
-    settings, layout, store, sessionId, server, nesting, env, log,
+    settings, layout, store, ledger, sessionRegistry, sessionId, server, nesting, env, log,
     roots: () => explicit ?? clientRoots() ?? fallback,
     visibleSessions: () => sessions.visible(),
   };
@@ -75,6 +76,7 @@ export function startCore(o: CoreOptions): Core {
   const env: ToolEnv = { ctx, shutdown: o.shutdown, sessions: ctx.nesting ? null : sessions, onListChanged: (c) => watcher.listChanged(c?.existing ?? false) };
   watcher.start();
   const stopSweeper = new Sweeper(ctx).start();
+  const stopWarmPool = startWarmPool(ctx);
   return {
     callTool: async (name, args, extra) => {
       const tool = loadTool(name);
@@ -105,6 +107,6 @@ export function startCore(o: CoreOptions): Core {
       watcher.poke();
       return t;
     },
-    stop: () => { watcher.stop(); stopSweeper(); },
+    stop: () => { watcher.stop(); stopSweeper(); stopWarmPool(); },
   };
 }
