@@ -9,18 +9,11 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { lockDirs } from '../helpers/locks.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 import { sc, startServer, textOf, waitTerminal } from '../helpers/server.js';
 import { FAKE } from './fault-helpers.js';
 import { until } from '../e2e/support.js';
-
-function lockDirs(dir: string): string[] {
-  return fs.readdirSync(dir, { withFileTypes: true }).flatMap((d) => {
-    const p = path.join(dir, d.name);
-    if (d.name.endsWith('.lock')) return [p];
-    return d.isDirectory() ? lockDirs(p) : [];
-  });
-}
 
 describe('a server SIGKILLed holding a lock', () => {
   let t: ReturnType<typeof tempStateHome>;

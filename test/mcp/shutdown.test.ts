@@ -5,6 +5,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { pidsMentioning, readJson, until } from '../e2e/support.js';
 import { FIXTURE_AGENTS, MAIN_JS } from '../helpers/paths.js';
 import { sc, startServer, textOf } from '../helpers/server.js';
+import { holderPids, lockDirs } from '../helpers/locks.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 
 /**
@@ -39,26 +40,6 @@ function rawServer(env: Record<string, string>) {
     return new Promise<any>((resolve) => waiting.set(id, resolve));
   };
   return { child, exited, send, request, stderr: () => stderr };
-}
-
-/** The pids a lock directory names as its holder (store/lock-dir.ts: `holder-*.json`). */
-function holderPids(lockDir: string): number[] {
-  try {
-    return fs.readdirSync(lockDir).filter((n) => n.startsWith('holder-')).flatMap((n) => {
-      try { return [(JSON.parse(fs.readFileSync(path.join(lockDir, n), 'utf8')) as { pid: number }).pid]; } catch { return []; }
-    });
-  } catch {
-    return []; // released meanwhile
-  }
-}
-
-/** Every `*.lock` directory under the home. */
-function lockDirs(dir: string): string[] {
-  return fs.readdirSync(dir, { withFileTypes: true }).flatMap((d) => {
-    const p = path.join(dir, d.name);
-    if (d.name.endsWith('.lock')) return [p];
-    return d.isDirectory() ? lockDirs(p) : [];
-  });
 }
 
 describe("Claude Code's stop sequence (SIGINT, SIGTERM +100 ms, SIGKILL at 500 ms, stdin open)", () => {
