@@ -3,6 +3,7 @@ import { loadSettings, type Settings } from '../config.js';
 import { isRunId } from '../ids.js';
 import { makeStore, type ManagerContext } from '../manager/context.js';
 import { checkHome, identifyLockHolder } from '../manager/state-home.js';
+import { peopleCommand } from '../invocation.js';
 
 /** Exit codes scripts can rely on. */
 export const EXIT_OK = 0;
@@ -45,7 +46,7 @@ export function operatorContext(settings: Settings, env = process.env, o: { requ
   identifyLockHolder(settings);
   const check = checkHome(settings.home);
   if (check.problems.length && o.requireSafeHome !== false) {
-    throw new CliError(`unsafe state home: ${check.problems.join('; ')}. Run subagents-mcp doctor for details.`);
+    throw new CliError(`unsafe state home: ${check.problems.join('; ')}. Run ${peopleCommand('doctor')} for details.`);
   }
   const { layout, store, server } = makeStore(settings);
   const all = new EverySession();
@@ -73,5 +74,5 @@ export function resolveRunId(ctx: ManagerContext, arg: string): string {
     }
   }
   const shown = JSON.stringify(want.slice(0, 40));
-  throw new CliError(`no run ${shown} in ${ctx.settings.home}; list runs with: subagents-mcp runs --all`);
+  throw new CliError(`no run ${shown} in ${ctx.settings.home}; list runs with: ${peopleCommand('runs --all')}`);
 }

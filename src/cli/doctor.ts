@@ -13,6 +13,7 @@ export async function doctorCommand(ctx: ManagerContext, version: string, o: { j
   }
   const mark = (ok: boolean) => (ok ? 'ok  ' : 'FAIL');
   out(`subagents-mcp ${r.version} · node ${r.node} · ${r.platform}`);
+  out(`run as: ${r.command} <command>`);
   out('');
   out('State home');
   out(`  ${mark(r.home.problems.length === 0)}  ${r.home.path}  (from ${r.home.source})`);

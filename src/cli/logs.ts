@@ -5,6 +5,7 @@ import { isTerminalRun, isTerminalStep, type RunStatus, type StepStatus } from '
 import { formatBytes, formatDuration } from '../format.js';
 import { DirWatch } from '../wait.js';
 import { Progress } from './progress.js';
+import { peopleCommand } from '../invocation.js';
 
 export interface LogsOptions {
   follow?: boolean;
@@ -112,7 +113,7 @@ export async function logsCommand(ctx: ManagerContext, runId: string, o: LogsOpt
     }
     if (lastByte !== 10) await emit('\n');
     if (!isTerminalRun(status.state) && process.stderr.isTTY) {
-      process.stderr.write(`(run is ${status.state}; follow it with: subagents-mcp logs ${runId} --follow)\n`);
+      process.stderr.write(`(run is ${status.state}; follow it with: ${peopleCommand(`logs ${runId} --follow`)})\n`);
     }
     return 0;
   }

@@ -7,6 +7,7 @@ import type { ProcessIdentity } from '../process/identity.js';
 import type { AgentTaskSpec, StepSpec, StepStatus } from '../store/run-types.js';
 import { durationOf } from './runs.js';
 import { formatAge, formatBytes, formatDuration, oneLine } from '../format.js';
+import { peopleCommand } from '../invocation.js';
 
 export interface FileInfo { path: string; bytes: number | null }
 
@@ -201,6 +202,6 @@ export function renderDetail(d: RunDetail, out: (s: string) => void): void {
     }
   }
   out('');
-  out(`Output: subagents-mcp logs ${d.runId}${d.state === 'starting' || d.state === 'running' ? ' --follow' : ''}`);
+  out(`Output: ${peopleCommand(`logs ${d.runId}`)}${d.state === 'starting' || d.state === 'running' ? ' --follow' : ''}`);
 }
 

@@ -13,9 +13,11 @@ import { checkStateHome } from '../store/state-home.js';
 import { CLAUDE_ROOT_WARNING, listAgents, listBackends } from './agent-list.js';
 import { loadFullCatalog } from './agent-resolver.js';
 import type { ManagerContext } from './context.js';
+import { warmPoolCount } from './warm-pool.js';
 import { listAll } from './listing.js';
 import { diskBytes } from './gc.js';
 import { ReadyFile, readStateFile } from '../store/state-files.js';
+import { peopleCommand } from '../invocation.js';
 
 /**
  * `doctor`: everything a person needs to trust and debug this machine's setup, read-only (it reconciles nothing,
@@ -25,6 +27,8 @@ export interface DoctorReport {
   version: string;
   node: string;
   platform: string;
+  /** How a person runs this installation's commands: `subagents-mcp` when that is this installation on PATH, else `node …/dist/main.js`. */
+  command: string;
   home: { path: string; source: string; exists: boolean; mode: string | null; problems: string[]; runs: number; bytes: number };
   settings: Array<{ env: string; flag: string; value: string; source: string }>;
   backends: Array<{ backend: Backend; bin: string | null; found: boolean; version: string | null; usable: boolean; problem?: string }>;
@@ -50,7 +54,7 @@ export interface DoctorReport {
   warnings: string[];
 }
 
-function settingRows(s: Settings): DoctorReport['settings'] {
+function settingRows(s: Settings, warmIdle: number): DoctorReport['settings'] {
   const rows: DoctorReport['settings'] = [];
   const add = (env: string, key: string, value: string) => rows.push({ env, flag: flagName(env), value, source: s.sources[key] ?? 'default' });
   add('SUBAGENTS_HOME', 'home', s.home);
@@ -70,6 +74,8 @@ function settingRows(s: Settings): DoctorReport['settings'] {
   add('SUBAGENTS_MAX_WAIT_MS', 'maxWaitMs', String(s.maxWaitMs));
   add('SUBAGENTS_HANDSHAKE_TIMEOUT_MS', 'handshakeTimeoutMs', String(s.handshakeTimeoutMs));
   add('SUBAGENTS_MAX_OUTPUT_BYTES', 'maxOutputBytes', String(s.maxOutputBytes));
+  add('SUBAGENTS_WARM_RUNNERS', 'warmRunners', s.warmRunners === 0 ? '0 (a runner boots per launch)' : `${s.warmRunners} (${warmIdle} idle in this home now; after a burst, up to 8 for one idle time)`);
+  add('SUBAGENTS_WARM_IDLE_MS', 'warmIdleMs', String(s.warmIdleMs));
   for (const [b, bin] of Object.entries(s.bins)) rows.push({ env: `SUBAGENTS_BIN_${b.toUpperCase()}`, flag: '-', value: bin, source: 'env' });
   return rows;
 }
@@ -106,7 +112,7 @@ function runsNeedingAttention(ctx: ManagerContext): DoctorReport['attention'] {
     if (skipped > 0) out.push({ runId: m.runId, state: s.state, problem: `its event log ${events} has ${skipped} unparsable line(s), skipped when read; the run itself is unaffected` });
     if (isTerminalRun(s.state)) continue;
     if (s.state === 'running' && !isAlive(s.runner)) {
-      out.push({ runId: m.runId, state: s.state, problem: `its runner (pid ${s.runner?.pid ?? '?'}) is gone; \`subagents-mcp runs\` or any server records it failed/RUNNER_LOST and stops its leftovers` });
+      out.push({ runId: m.runId, state: s.state, problem: `its runner (pid ${s.runner?.pid ?? '?'}) is gone; \`${peopleCommand('runs')}\` or any server records it failed/RUNNER_LOST and stops its leftovers` });
       continue;
     }
     if (s.state === 'starting') {
@@ -121,7 +127,7 @@ function runsNeedingAttention(ctx: ManagerContext): DoctorReport['attention'] {
     }
     const idle = now - lastActivityMs(ctx, m.runId);
     if (idle > 30 * 60_000) {
-      out.push({ runId: m.runId, state: s.state, problem: `alive but no output or state change for ${Math.round(idle / 60_000)} min; look with \`subagents-mcp show ${m.runId}\`, stop with \`subagents-mcp cancel ${m.runId}\`` });
+      out.push({ runId: m.runId, state: s.state, problem: `alive but no output or state change for ${Math.round(idle / 60_000)} min; look with \`${peopleCommand(`show ${m.runId}`)}\`, stop with \`${peopleCommand(`cancel ${m.runId}`)}\`` });
     }
   }
   return out;
@@ -174,8 +180,9 @@ export async function runDoctor(ctx: ManagerContext, version: string): Promise<D
     version,
     node: process.version,
     platform: `${process.platform} ${process.arch}`,
+    command: peopleCommand(''),
     home: { path: s.home, source: s.sources.home ?? 'default', exists: check.exists, mode, problems: check.problems, runs: runIds.length, bytes: safe ? diskBytes(s.home) : 0 },
-    settings: settingRows(s),
+    settings: settingRows(s, warmPoolCount(ctx)),
     backends,
     agents: { projectDir: catalog.projectDir, projectTrusted: catalog.projectTrusted, available: listing.agents, refused: listing.refused },
     passThrough: { patterns: s.passEnv, set: passed, credentials, blocked },

@@ -7,6 +7,7 @@ import { ReadyFile, readStateFile, RunStatusFile } from '../store/state-files.js
 import type { RunPaths } from '../store/layout.js';
 import type { RunStatus } from '../store/run-types.js';
 import { waitUntil } from '../wait.js';
+import { peopleCommand } from '../invocation.js';
 
 export type HandshakePhase = 'spawn' | 'ready' | 'bind' | 'proceed';
 
@@ -31,7 +32,9 @@ async function waitFor<T>(o: WaitOptions, phase: HandshakePhase, file: string, r
   const stop = new AbortController();
   let exited: string | null = null;
   const onExit = (code: number | null, sig: string | null) => {
-    exited = `the runner exited (${sig ? `signal ${sig}` : `code ${code}`}) before it ${phase === 'proceed' ? 'started the run' : 'reported ready'}`;
+    // A warm runner is not our child: its death is seen, its exit status is not (both null).
+    const how = sig ? ` (signal ${sig})` : code !== null ? ` (code ${code})` : '';
+    exited = `the runner exited${how} before it ${phase === 'proceed' ? 'started the run' : 'reported ready'}`;
     stop.abort();
   };
   const onAbort = () => stop.abort();
@@ -98,5 +101,5 @@ export async function proceedAndAwaitStart(o: WaitOptions, runner: ProcessIdenti
 }
 
 export function handshakeError(f: HandshakeFailure, runId: string): SubagentError {
-  return new SubagentError('HANDSHAKE_FAILED', `the run's runner failed at the ${f.phase} phase: ${f.reason}. No agent was started and nothing is held; run ${runId} is recorded failed (status { runId } shows the runner's own log). Retry the launch, and if it keeps failing run \`subagents-mcp doctor\`.`);
+  return new SubagentError('HANDSHAKE_FAILED', `the run's runner failed at the ${f.phase} phase: ${f.reason}. No agent was started and nothing is held; run ${runId} is recorded failed (status { runId } shows the runner's own log). Retry the launch, and if it keeps failing run \`${peopleCommand('doctor')}\`.`);
 }
