@@ -25,6 +25,8 @@ export interface Settings {
   maxQueued: number;
   /** How long a queued run waits for a slot before it ends failed/QUEUE_TIMEOUT, when the launch names none. */
   queueTimeoutMs: number;
+  /** How long a call waits for a lock another process holds before it answers BUSY. */
+  lockWaitMs: number;
   /** Bytes of one step's output kept on disk; the rest is counted, not stored. */
   maxOutputBytes: number;
   /** Pre-booted idle runners kept per state home (0: a runner boots per launch). */
@@ -52,6 +54,7 @@ const NUMBERS: NumberSetting[] = [
   { key: 'handshakeTimeoutMs', env: 'SUBAGENTS_HANDSHAKE_TIMEOUT_MS', def: 10_000, min: 100, max: 600_000 },
   { key: 'maxQueued', env: 'SUBAGENTS_MAX_QUEUED', def: 64, min: 0 },
   { key: 'queueTimeoutMs', env: 'SUBAGENTS_QUEUE_TIMEOUT_MS', def: 3_600_000, min: 100 },
+  { key: 'lockWaitMs', env: 'SUBAGENTS_LOCK_WAIT_MS', def: 5_000, min: 50, max: 60_000 },
   { key: 'maxOutputBytes', env: 'SUBAGENTS_MAX_OUTPUT_BYTES', def: 64 * 1024 * 1024, min: 1024 },
   { key: 'warmRunners', env: 'SUBAGENTS_WARM_RUNNERS', def: 2, min: 0, max: 16 },
   { key: 'warmIdleMs', env: 'SUBAGENTS_WARM_IDLE_MS', def: 300_000, min: 1000, max: 86_400_000 },

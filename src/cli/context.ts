@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import { loadSettings, type Settings } from '../config.js';
 import { isRunId } from '../ids.js';
 import { makeStore, type ManagerContext } from '../manager/context.js';
-import { checkHome } from '../manager/state-home.js';
+import { checkHome, identifyLockHolder } from '../manager/state-home.js';
 import { peopleCommand } from '../invocation.js';
 
 /** Exit codes scripts can rely on. */
@@ -43,6 +43,7 @@ export function cliSettings(flags: Record<string, string | string[] | undefined>
  * state home that is unsafe (the server would refuse it too); `doctor` explains why.
  */
 export function operatorContext(settings: Settings, env = process.env, o: { requireSafeHome?: boolean } = {}): ManagerContext {
+  identifyLockHolder(settings);
   const check = checkHome(settings.home);
   if (check.problems.length && o.requireSafeHome !== false) {
     throw new CliError(`unsafe state home: ${check.problems.join('; ')}. Run ${peopleCommand('doctor')} for details.`);

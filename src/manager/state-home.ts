@@ -1,6 +1,7 @@
 import type { Settings } from '../config.js';
 import { Layout } from '../store/layout.js';
-import { settleLocks } from '../store/lock.js';
+import { configureLocks, settleLocks } from '../store/lock.js';
+import { isAlive, selfIdentity } from '../process/identity.js';
 import type { SessionRegistry } from '../store/ports.js';
 import type { SessionRecord } from '../store/session-registry.js';
 import { checkStateHome, openStateHome } from '../store/state-home.js';
@@ -12,8 +13,17 @@ import { registerSession } from './session-record.js';
  * listing's first answer uses.
  */
 export function openHome(settings: Settings): void {
+  identifyLockHolder(settings);
   const opened = openStateHome(settings.home);
   if (opened.runs) seedAppearedRunIds(new Layout(settings.home), opened.runs);
+}
+
+/**
+ * Records this process (pid + start time) in the locks it takes and lets it clear a lock whose holder provably died
+ * at once (store/lock-dir.ts); sets how long a held lock is waited for.
+ */
+export function identifyLockHolder(settings: Pick<Settings, 'lockWaitMs'>): void {
+  configureLocks({ self: selfIdentity(), isAlive, waitMs: settings.lockWaitMs });
 }
 
 /** Whether a state home is safe to use (`problems` empty), and what is wrong with it otherwise (`doctor` says more). */

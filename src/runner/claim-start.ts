@@ -15,7 +15,7 @@ import type { RunStatus } from '../store/run-types.js';
  * abandoned). Node built-ins only (this runs before the supervisor is loaded).
  */
 export function claimStartQuickly(paths: RunPaths, me: ProcessIdentity, attempt = 0): RunStatus | null {
-  const release = tryLockSync(paths.lockTarget);
+  const release = tryLockSync(paths.lockTarget, me);
   if (!release) return null;
   try {
     const current = readJsonFile<RunStatus>(paths.status);

@@ -3,10 +3,12 @@ import path from 'node:path';
 import lockfile from 'proper-lockfile';
 import { SubagentError } from '../errors.js';
 import { DirWatch } from '../wait.js';
-import { lockDirOf } from './lock-dir.js';
+import type { ProcessIdentity } from '../process/identity.js';
+import { clearDeadHolder, lockDirOf, makeLockDir, removeLockDir } from './lock-dir.js';
 
 export interface LockOptions {
-  /** How long to wait for the lock before answering BUSY (docs/contract.md, "Run states": at most 5 s). */
+  /** How long to wait for the lock before answering BUSY (docs/contract.md, "Run states": at most 5 s; default: the
+   *  configured lock wait, 5 s unless set). */
   waitMs?: number;
   /** A holder that stops refreshing the lock for this long is presumed dead. */
   staleMs?: number;
@@ -20,8 +22,36 @@ export interface LockOptions {
  * process loaded fs/promises and Node's file streams, and every lock paid for the copy.
  */
 const LOCK_FS = {
-  mkdirSync: fs.mkdirSync, realpathSync: fs.realpathSync, statSync: fs.statSync, rmdirSync: fs.rmdirSync, utimesSync: fs.utimesSync,
+  // The lock directory carries its holder's identity (store/lock-dir.ts), written before proper-lockfile probes and
+  // records the directory's mtime; removing it removes the holder file first.
+  mkdirSync: (dir: string) => makeLockDir(dir, holderConfig.self),
+  realpathSync: fs.realpathSync, statSync: fs.statSync, utimesSync: fs.utimesSync,
+  rmdirSync: (dir: string) => removeLockDir(dir),
 } as unknown as typeof fs;
+
+/**
+ * How this process identifies itself in the locks it takes, and tells a dead holder from a live one. The store has
+ * no process liveness of its own (docs/architecture.md, "The layers"): the server, the command line and the runner
+ * configure it. Unconfigured, locks carry no holder and a dead holder's lock is freed by the stale time alone.
+ */
+const holderConfig: { self: ProcessIdentity | null; isAlive: ((id: ProcessIdentity) => boolean) | null; waitMs: number } = {
+  self: null, isAlive: null, waitMs: 5000,
+};
+
+export interface LockConfig {
+  /** This process, recorded as the holder of every lock it takes. */
+  self: ProcessIdentity;
+  /** Whether a recorded holder still runs (pid, not a zombie, same start time). */
+  isAlive: (id: ProcessIdentity) => boolean;
+  /** Default wait for a held lock before BUSY. */
+  waitMs?: number;
+}
+
+export function configureLocks(config: LockConfig): void {
+  holderConfig.self = config.self;
+  holderConfig.isAlive = config.isAlive;
+  if (config.waitMs !== undefined) holderConfig.waitMs = config.waitMs;
+}
 
 /** Lock sections of this process not yet finished (acquiring, holding or releasing). */
 const inFlight = new Set<Promise<unknown>>();
@@ -40,7 +70,8 @@ export async function settleLocks(): Promise<void> {
 
 /**
  * Runs `fn` holding a cross-process lock on `target` (a `<target>.lock` directory, proper-lockfile semantics:
- * mkdir is atomic; the holder refreshes its mtime; a holder dead for `staleMs` is taken over). The lock is never held
+ * mkdir is atomic; the holder refreshes its mtime; a holder dead for `staleMs` is taken over). A holder recorded in the
+ * lock that is provably dead is cleared at once (store/lock-dir.ts `clearDeadHolder`). The lock is never held
  * across a spawn or a wait: callers keep `fn` to bounded file work.
  */
 export function withLock<T>(target: string, fn: () => T | Promise<T>, options: LockOptions = {}): Promise<T> {
@@ -51,7 +82,7 @@ export function withLock<T>(target: string, fn: () => T | Promise<T>, options: L
 }
 
 async function lockSection<T>(target: string, fn: () => T | Promise<T>, options: LockOptions): Promise<T> {
-  const waitMs = options.waitMs ?? 5000;
+  const waitMs = options.waitMs ?? holderConfig.waitMs;
   const staleMs = options.staleMs ?? 5000;
   const deadline = performance.now() + waitMs;
   let release: (() => void) | undefined;
@@ -79,6 +110,8 @@ async function lockSection<T>(target: string, fn: () => T | Promise<T>, options:
         // its holder, not a failure (seen under heavy load as a launch failing at bind). Try again like ELOCKED.
         const code = (e as NodeJS.ErrnoException).code;
         if (code !== 'ELOCKED' && !(code === 'ENOENT' && fs.existsSync(path.dirname(target)))) throw e;
+        // A holder that provably died (SIGKILL inside its section) frees the lock at once, not after the stale time.
+        if (holderConfig.isAlive && clearDeadHolder(lockDirOf(target), holderConfig.isAlive)) continue;
         if (performance.now() >= deadline) {
           throw new SubagentError('BUSY', `the ${options.what ?? 'state'} lock stayed held for ${waitMs} ms by another process; retry in a moment.`);
         }
@@ -92,6 +125,8 @@ async function lockSection<T>(target: string, fn: () => T | Promise<T>, options:
   } finally {
     released?.close();
   }
+  // Test seam (the reliability matrix): die holding this lock, as a SIGKILL inside a section would.
+  if (process.env.SUBAGENTS_TEST_FAULT === `kill-in-lock:${path.basename(target)}`) process.kill(process.pid, 'SIGKILL');
   try {
     return await fn();
   } finally {

@@ -4,15 +4,17 @@ import path from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { pidsMentioning, readJson, until } from '../e2e/support.js';
 import { FIXTURE_AGENTS, MAIN_JS } from '../helpers/paths.js';
-import { sc, startServer } from '../helpers/server.js';
+import { sc, startServer, textOf } from '../helpers/server.js';
+import { holderPids, lockDirs } from '../helpers/locks.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 
 /**
  * Claude Code's stop sequence, exactly: SIGINT, SIGTERM 100 ms later, SIGKILL at 500 ms, stdin never closed. Sent to
  * a busy server (a run active, a status long-poll waiting on it, a launch in flight). What is checked is the state
  * afterwards, not the speed (bench/shutdown.mjs measures that over 50 rounds): the server is gone, the active run
- * keeps running, the launch in flight either started or is recorded failed with nothing of it running, no lock is
- * left, and the next server works at once.
+ * keeps running, the launch in flight either started or is recorded failed with nothing of it running, no lock of
+ * the server is left (unless the SIGKILL landed inside a section: then the next server clears it at once), and the
+ * next server works at once.
  */
 function rawServer(env: Record<string, string>) {
   const child = spawn(process.execPath, [MAIN_JS, 'serve'], { env, stdio: ['pipe', 'pipe', 'pipe'] });
@@ -40,20 +42,11 @@ function rawServer(env: Record<string, string>) {
   return { child, exited, send, request, stderr: () => stderr };
 }
 
-/** Every `*.lock` directory under the home. */
-function lockDirs(dir: string): string[] {
-  return fs.readdirSync(dir, { withFileTypes: true }).flatMap((d) => {
-    const p = path.join(dir, d.name);
-    if (d.name.endsWith('.lock')) return [p];
-    return d.isDirectory() ? lockDirs(p) : [];
-  });
-}
-
 describe("Claude Code's stop sequence (SIGINT, SIGTERM +100 ms, SIGKILL at 500 ms, stdin open)", () => {
   const t = tempStateHome();
   afterAll(() => t.cleanup());
 
-  it('a busy server: gone, runs keep running, the launch in flight is whole either way, no lock left, the next server works', async () => {
+  it('a busy server: gone, runs keep running, the launch in flight is whole either way, no lock blocks the next server, which works', async () => {
     const fake = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
     const gate = path.join(t.base, 'gate');
     writeAgent(path.join(t.home, 'agents'), 'held', { backend: 'command', command: ['node', fake, 'gate', gate] });
@@ -92,13 +85,18 @@ describe("Claude Code's stop sequence (SIGINT, SIGTERM +100 ms, SIGKILL at 500 m
     } else {
       expect(['starting', 'running', 'completed']).toContain(st.state);
     }
-    // No lock left by the server (a runner's own run lock, held for a moment, is not the server's).
-    expect(lockDirs(t.home).filter((p) => !p.startsWith(path.join(t.home, 'runs', active)))).toEqual([]);
+    // A server that exited on its own left no lock of its own: its sections finished before the exit. One stopped by
+    // the SIGKILL may have died inside a section (the abandoned launch's end: the run lock, the ledger's inside it); its
+    // locks name it, so the next server clears them at once (below). Locks of live runners (a run's end returns its
+    // ledger) are theirs, held for a moment, and are not checked here.
+    if (e.signal !== 'SIGKILL') expect(lockDirs(t.home).filter((p) => holderPids(p).includes(s.child.pid!))).toEqual([]);
 
-    // The next server of the session works at once: it reconciles what was left and launches.
-    const next = await startServer(env);
+    // The next server of the session works at once: it reconciles what was left and launches, never BUSY on a lock
+    // the stopped server held (its lock wait, 2 s, is below the 5 s stale time: only the dead-holder clear frees it).
+    const next = await startServer({ ...env, SUBAGENTS_LOCK_WAIT_MS: '2000' });
     try {
       const r = await next.call('launch', { agent: 'echo', task: 'after the stop' });
+      expect(textOf(r)).not.toMatch(/^BUSY/);
       expect(r.isError).toBeFalsy();
       const fin = sc(await next.call('status', { runId: inFlight, waitMs: 20_000, until: 'terminal' }));
       expect(['completed', 'failed']).toContain(fin.state);

@@ -1,0 +1,82 @@
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { REPO } from '../helpers/paths.js';
+import { isAlive, selfIdentity } from '../../src/process/identity.js';
+import { clearDeadHolder, lockDirOf, makeLockDir } from '../../src/store/lock-dir.js';
+import { configureLocks, withLock } from '../../src/store/lock.js';
+
+/**
+ * A lock names its holder (pid + start time): a holder SIGKILLed inside its section is cleared by the next process at
+ * once, well inside a lock wait shorter than the stale time; a live holder's lock is never taken.
+ */
+const DIST = path.join(REPO, 'dist');
+
+/** A real process that takes the lock on `target` and, inside the section, is SIGKILLed or prints `held` and waits. */
+function holder(target: string, mode: 'die' | 'hold') {
+  const script = `
+    const { configureLocks, withLock } = await import(${JSON.stringify(path.join(DIST, 'store', 'lock.js'))});
+    const { isAlive, selfIdentity } = await import(${JSON.stringify(path.join(DIST, 'process', 'identity.js'))});
+    configureLocks({ self: selfIdentity(), isAlive });
+    await withLock(${JSON.stringify(target)}, () => { process.stdout.write('held\\n'); setInterval(() => {}, 60_000); return new Promise(() => {}); });`;
+  const env = { ...process.env, SUBAGENTS_TEST_FAULT: mode === 'die' ? `kill-in-lock:${path.basename(target)}` : '' };
+  const child = spawn(process.execPath, ['--input-type=module', '-e', script], { env, stdio: ['ignore', 'pipe', 'inherit'] });
+  const held = new Promise<void>((resolve) => child.stdout.on('data', () => resolve()));
+  const exited = new Promise<NodeJS.Signals | null>((resolve) => child.on('exit', (_c, signal) => resolve(signal)));
+  return { child, held, exited };
+}
+
+describe('a lock names its holder', () => {
+  let dir: string;
+  beforeAll(() => {
+    dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lock-holder-'));
+    configureLocks({ self: selfIdentity(), isAlive });
+  });
+  afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
+
+  it('a holder SIGKILLed inside its section: the next taker clears the lock at once (no BUSY within a short wait)', async () => {
+    const target = path.join(dir, 'ledger.json');
+    const h = holder(target, 'die');
+    expect(await h.exited).toBe('SIGKILL');
+    expect(fs.existsSync(lockDirOf(target))).toBe(true); // left behind, naming a dead holder
+    // A wait far below the 5 s stale time: only the dead-holder check can free it in time.
+    await expect(withLock(target, () => 'ran', { waitMs: 300, staleMs: 60_000 })).resolves.toBe('ran');
+    expect(fs.existsSync(lockDirOf(target))).toBe(false);
+  }, 30_000);
+
+  it("a live holder's lock is never taken: BUSY, and the lock stays", async () => {
+    const target = path.join(dir, 'run');
+    const h = holder(target, 'hold');
+    try {
+      await h.held;
+      await expect(withLock(target, () => 'ran', { waitMs: 300, staleMs: 60_000 })).rejects.toMatchObject({ code: 'BUSY' });
+      expect(clearDeadHolder(lockDirOf(target), isAlive)).toBe(false);
+      expect(fs.existsSync(lockDirOf(target))).toBe(true);
+    } finally {
+      h.child.kill('SIGKILL');
+      await h.exited;
+    }
+    // Now dead: cleared at once.
+    await expect(withLock(target, () => 'ran', { waitMs: 300, staleMs: 60_000 })).resolves.toBe('ran');
+  }, 30_000);
+
+  it('two clearers of one dead holder: exactly one wins, and a lock taken again since is not cleared', async () => {
+    const target = path.join(dir, 'session');
+    const h = holder(target, 'die');
+    await h.exited;
+    const lock = lockDirOf(target);
+    expect([clearDeadHolder(lock, isAlive), clearDeadHolder(lock, isAlive)].filter(Boolean)).toHaveLength(1);
+    makeLockDir(lock, selfIdentity()); // re-taken by a live holder
+    expect(clearDeadHolder(lock, isAlive)).toBe(false);
+    expect(fs.existsSync(lock)).toBe(true);
+  }, 30_000);
+
+  it('a lock without a holder (unknown identity) is left to the stale time', () => {
+    const lock = lockDirOf(path.join(dir, 'anon'));
+    makeLockDir(lock, null);
+    expect(clearDeadHolder(lock, isAlive)).toBe(false);
+    expect(fs.existsSync(lock)).toBe(true);
+  });
+});
