@@ -3,6 +3,7 @@ import type { ManagerContext } from '../manager/context.js';
 import { freshStatus } from '../manager/run-status.js';
 import { isTerminalRun, isTerminalStep, type RunStatus, type StepStatus } from '../store/run-types.js';
 import { formatBytes, formatDuration } from './format.js';
+import { openStateFile } from '../store/state-file.js';
 import { DirActivity, Progress } from './progress.js';
 
 export interface LogsOptions {
@@ -65,7 +66,11 @@ export async function logsCommand(ctx: ManagerContext, runId: string, o: LogsOpt
   const drain = async (): Promise<number> => {
     if (!file) return 0;
     let fd: number;
-    try { fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW); } catch { return 0; }
+    try {
+      const opened = openStateFile(file, file); // never blocks on a FIFO in the output's place
+      if (opened === null) return 0;
+      fd = opened.fd;
+    } catch { return 0; }
     let copied = 0;
     try {
       const buf = Buffer.alloc(CHUNK);

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import { redactSecrets } from '../agents/adapters/shared.js';
 import { readTail } from '../runner/agent-process.js';
 import type { RunPaths } from '../store/layout.js';
+import { openStateFile } from '../store/state-file.js';
 import { isTerminalRun, type AppendRecord, type RunRecord, type RunStatus, type StepSpec, type StepStatus } from '../store/run-types.js';
 import { newStepStatus } from '../runner/step-status.js';
 import { fanoutSnapshot } from './capacity.js';
@@ -76,14 +77,18 @@ export interface RunSummary {
  * bounded, delimited slice and the rest stays behind the output resource.
  */
 export function boundedText(file: string, budget: number): TextView {
-  let size = 0;
-  try { size = fs.statSync(file).size; } catch { return { text: '', bytes: 0, truncated: false }; }
-  if (size <= budget) {
-    try { return { text: fs.readFileSync(file, 'utf8'), bytes: size, truncated: false }; } catch { return { text: '', bytes: 0, truncated: false }; }
-  }
+  // A FIFO, directory or link in the output's place reads as no output (never a blocked event loop).
+  let opened: { fd: number; size: number } | null = null;
+  try { opened = openStateFile(file, file); } catch { /* not a regular file */ }
+  if (opened === null) return { text: '', bytes: 0, truncated: false };
+  const { fd, size } = opened;
   const half = Math.max(0, Math.floor(budget / 2));
-  const fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
   try {
+    if (size <= budget) {
+      const all = Buffer.alloc(size);
+      const n = fs.readSync(fd, all, 0, size, 0);
+      return { text: all.subarray(0, n).toString('utf8'), bytes: size, truncated: false };
+    }
     const head = Buffer.alloc(half);
     fs.readSync(fd, head, 0, half, 0);
     const tail = Buffer.alloc(half);

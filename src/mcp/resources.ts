@@ -5,6 +5,7 @@ import { listVisible, listVisibleRuns, readMeta, requireVisible } from '../manag
 import { freshStatus } from '../manager/run-status.js';
 import { MAX_OUTPUT_BYTES, renderRun } from '../manager/status-view.js';
 import { readEvents } from '../store/event-log.js';
+import { openStateFile } from '../store/state-file.js';
 
 /** Reads past this are paged with ?offset=&length= (the SDK client drops a connection on a message over 10 MiB). */
 export const MAX_READ_BYTES = 4 * 1024 * 1024;
@@ -65,9 +66,13 @@ export function listResources(ctx: ManagerContext, cursor?: string, pageSize = P
 /** Bytes [offset, offset+length) of a file, never through a symlink; empty when the file does not exist (yet). */
 function readBytes(file: string, offset: number, length: number): { buf: Buffer; size: number } {
   let fd: number;
-  try { fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW); } catch { return { buf: Buffer.alloc(0), size: 0 }; }
+  let size: number;
   try {
-    const size = fs.fstatSync(fd).size;
+    const opened = openStateFile(file, file); // never blocks on a FIFO in the output's place
+    if (opened === null) return { buf: Buffer.alloc(0), size: 0 };
+    ({ fd, size } = opened);
+  } catch { return { buf: Buffer.alloc(0), size: 0 }; }
+  try {
     const len = Math.max(0, Math.min(length, size - offset));
     const buf = Buffer.alloc(len);
     let got = 0;

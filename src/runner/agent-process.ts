@@ -7,6 +7,7 @@ import { isAlive, readIdentity, type ProcessIdentity, type ProcessInfo } from '.
 import { processTree, terminateProcesses } from '../process/terminate.js';
 import { writeFileAtomic, ensurePrivateDir } from '../store/atomic-write.js';
 import type { RunPaths } from '../store/layout.js';
+import { openStateFile } from '../store/state-file.js';
 import type { AgentTaskSpec, RunRecord } from '../store/run-types.js';
 import { LineSplitter, OutputCapture } from './output-capture.js';
 import { openOutputChannel } from './output-channel.js';
@@ -183,9 +184,10 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
 /** The last `bytes` of a file as text (for stderr tails and reports). */
 export function readTail(file: string, bytes: number): string {
   try {
-    const fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+    const opened = openStateFile(file, file);
+    if (opened === null) return '';
+    const { fd, size } = opened;
     try {
-      const size = fs.fstatSync(fd).size;
       const len = Math.min(size, bytes);
       const buf = Buffer.alloc(len);
       fs.readSync(fd, buf, 0, len, size - len);
