@@ -1,6 +1,7 @@
 import { listAll, type RunMeta } from '../manager/listing.js';
 import { freshStatus } from '../manager/run-status.js';
 import type { ManagerContext } from '../manager/context.js';
+import { listedError } from '../manager/status-view.js';
 import { TERMINAL_RUN_STATES, type RunStatus } from '../store/run-types.js';
 import { CliError, EXIT_USAGE } from './context.js';
 import { formatAge, formatDuration, oneLine, table } from './format.js';
@@ -38,7 +39,7 @@ export async function rowOf(ctx: ManagerContext, m: RunMeta): Promise<RunRow> {
   let error: RunRow['error'] = null;
   try {
     s = await freshStatus(ctx, m.runId);
-    error = s.error;
+    error = listedError(s.error);
   } catch (e) {
     error = { code: 'STATE_CORRUPT', message: (e as Error).message };
   }

@@ -216,6 +216,11 @@ function safeRead(ctx: ManagerContext, runId: string): RunStatus | null {
   try { return ctx.store.readStatus(runId); } catch { return null; }
 }
 
+/** A run's error as listings and notifications show it: code and message, never the agent's words (`detail`). */
+export function listedError(e: { code: string; message: string } | null): { code: string; message: string } | null {
+  return e === null ? null : { code: e.code, message: e.message };
+}
+
 /** `dismissed`: when the caller already knows (a listing looked), else it is looked up. */
 export function summarize(ctx: ManagerContext, runId: string, status: Pick<RunStatus, 'state' | 'endedAt' | 'error'> | null, dismissed?: boolean): RunSummary {
   const meta = readMeta(ctx, runId)!;
@@ -228,7 +233,7 @@ export function summarize(ctx: ManagerContext, runId: string, status: Pick<RunSt
     agents: meta.agents,
     createdAt: meta.createdAt,
     endedAt: status?.endedAt ?? null,
-    error: status ? status.error : { code: 'STATE_CORRUPT', message: `status.json of ${runId} is unreadable` },
+    error: status ? listedError(status.error) : { code: 'STATE_CORRUPT', message: `status.json of ${runId} is unreadable` },
     adopted: meta.sessionId !== ctx.sessionId && meta.depth === 0,
     dismissed: dismissed ?? ctx.store.isDismissed(runId),
   };

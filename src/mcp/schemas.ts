@@ -69,7 +69,7 @@ export const AgentsInput = z.object({}).strict();
 
 // ---- outputs ---------------------------------------------------------------------------------------------
 
-const ErrorInfo = z.object({ code: z.string(), message: z.string() }).nullable();
+const ErrorInfo = z.object({ code: z.string(), message: z.string(), detail: z.string().optional() }).nullable();
 const Fanout = z.object({ used: z.number(), limit: z.number(), remaining: z.number() });
 const Capacity = z.object({ active: z.number(), limit: z.number() });
 const TextView = z.object({ text: z.string(), bytes: z.number(), truncated: z.boolean() });

@@ -5,7 +5,7 @@ import { adapterFor } from '../agents/adapters/index.js';
 import type { Invocation, ParsedResult } from '../agents/types.js';
 import { isAlive, readIdentity, type ProcessIdentity, type ProcessInfo } from '../process/identity.js';
 import { processTree, terminateProcesses } from '../process/terminate.js';
-import { writeFileAtomic, ensurePrivateDir } from '../store/atomic-write.js';
+import { diskFaultOf, writeFileAtomic, ensurePrivateDir } from '../store/atomic-write.js';
 import type { RunPaths } from '../store/layout.js';
 import { openStateFile } from '../store/state-file.js';
 import type { AgentTaskSpec, RunRecord } from '../store/run-types.js';
@@ -39,6 +39,8 @@ export interface AgentRunResult {
   stoppedFor: 'TIMEOUT' | 'CANCELLED' | null;
   spawnError: string | null;
   process: ProcessIdentity | null;
+  /** The errno of the first write of the step's output the disk refused (the agent ran on; the step fails with it). */
+  outputWriteError: string | null;
 }
 
 const STDERR_CAP_BYTES = 1024 * 1024;
@@ -70,7 +72,7 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
     });
   } catch (e) {
     // An adapter refuses what its CLI cannot enforce (e.g. a tool allowlist): the step fails with that reason.
-    return { exitCode: null, signal: null, outputBytes: 0, outputTruncated: false, parsed: null, stoppedFor: null, spawnError: `the ${spec.agent.backend} adapter refused: ${(e as Error).message}`.slice(0, 400), process: null };
+    return { exitCode: null, signal: null, outputBytes: 0, outputTruncated: false, parsed: null, stoppedFor: null, spawnError: `the ${spec.agent.backend} adapter refused: ${(e as Error).message}`.slice(0, 400), process: null, outputWriteError: null };
   }
   if (inv.taskVia === 'file') writeFileAtomic(taskFile, input.task, { durable: false });
   if (inv.files?.length) ensurePrivateDir(scratchDir);
@@ -114,7 +116,7 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
     channel?.reader.destroy();
     out.close();
     err.close();
-    return { exitCode: null, signal: null, outputBytes: 0, outputTruncated: false, parsed: null, stoppedFor: null, spawnError: spawned, process: null };
+    return { exitCode: null, signal: null, outputBytes: 0, outputTruncated: false, parsed: null, stoppedFor: null, spawnError: spawned, process: null, outputWriteError: null };
   }
   const identity = readIdentity(child.pid!) ?? { pid: child.pid!, startTime: 'unknown' };
   input.onStarted(identity);
@@ -165,9 +167,14 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
   err.close();
 
   let parsed: ParsedResult | null = null;
+  let outputWriteError = out.writeError;
   if (parser) {
     parsed = parser.finish(exit.code);
-    writeFileAtomic(paths.output(stepKey), parsed.text, { durable: false });
+    try {
+      writeFileAtomic(paths.output(stepKey), parsed.text, { durable: false });
+    } catch (e) {
+      outputWriteError ??= diskFaultOf(e) ?? (e as NodeJS.ErrnoException).code ?? 'EIO';
+    }
   }
   return {
     exitCode: exit.code,
@@ -178,6 +185,7 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
     stoppedFor,
     spawnError: null,
     process: identity,
+    outputWriteError,
   };
 }
 

@@ -6,7 +6,7 @@ import { adapterFor } from '../agents/adapters/index.js';
 import { stderrReason } from '../agents/adapters/shared.js';
 import { agentSourceEnv, buildAgentEnv } from '../agents/agent-env.js';
 import type { ProcessIdentity } from '../process/identity.js';
-import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/terminate.js';
+import { findRunProcesses, runnerGroups, signalVerified, terminateProcesses } from '../process/terminate.js';
 import { diskFaultOf, ensurePrivateDir, removeStaleTemps, writeFileAtomic } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
 import { Layout, type RunPaths } from '../store/layout.js';
@@ -22,6 +22,7 @@ import { SubagentError, type RunErrorCode } from '../errors.js';
 import { MAIN_JS } from '../paths.js';
 import { readTail, runAgentProcess } from './agent-process.js';
 import { claimAgentSlot, releaseAgentSlot, releaseRunSlotsLocked, setAgentSlotProcess } from './agent-slots.js';
+import { boundedStepText, writeJoinedOutput } from './joined-output.js';
 import { newStepStatus } from './step-status.js';
 import { installStatusWriteFault } from './test-write-fault.js';
 
@@ -94,7 +95,25 @@ export async function supervise(record: RunRecord, paths: RunPaths, me: ProcessI
   }
   store.event(record.runId, { type: 'started', pid: me.pid });
   installStatusWriteFault(process.env.SUBAGENTS_TEST_FAULT, paths.dir);
+  stopRunOnCrash(record, me);
   return new Executor(record, paths, store, layout, me, started).run();
+}
+
+/**
+ * The last resort: an exception nothing caught would end the runner and leave its agents running unsupervised (no
+ * timeout, no cancel, status `running` until a reader notices). The run's processes are stopped first, identity-
+ * checked, and the log says so (never the error's text: it may quote agent output); reconciliation then records the
+ * run RUNNER_LOST, quoting that line.
+ */
+function stopRunOnCrash(record: RunRecord, me: ProcessIdentity): void {
+  process.once('uncaughtException', (e: unknown) => {
+    const code = (e as NodeJS.ErrnoException | null)?.code ?? (e instanceof Error ? e.name : 'error');
+    try { process.stderr.write(`runner: internal error (${code}); stopped the run's processes and exited\n`); } catch { /* no log */ }
+    try {
+      for (const p of findRunProcesses({ pgids: [me.pid], token: record.runToken, since: me.startTime, exclude: [process.pid] })) signalVerified(p, 'SIGKILL');
+    } catch { /* nothing more can be done */ }
+    process.exit(1);
+  });
 }
 
 class Executor {
@@ -233,7 +252,8 @@ class Executor {
     const spec = this.specs[i]!;
     const st = this.status.steps[i]!;
     // Only a chain step after the first has a previous step; elsewhere `{previous}` is left as the caller wrote it.
-    const prev = this.record.mode === 'chain' && i > 0 ? once(() => readStepText(previous)) : null;
+    // Bounded (a group's joined output can be many times the cap): head and tail, with the counts and the full file.
+    const prev = this.record.mode === 'chain' && i > 0 ? once(() => boundedStepText(previous.file, this.record.maxOutputBytes)) : null;
     if (spec.kind === 'agent') return this.runAgent(st, spec, substitute(spec.task, prev), this.abort.signal);
     return this.runGroup(st, spec, prev);
   }
@@ -271,14 +291,13 @@ class Executor {
     st.state = allDone ? 'completed' : failed.length > 0 || !this.stopReason ? 'failed' : 'cancelled';
     st.endedAt = new Date().toISOString();
     st.outputBytes = members.reduce((n, m) => n + m.outputBytes, 0);
-    const text = spec.members.map((m, j) => `### ${m.agent.name} #${j}\n\n${readStepText(outcomes[j]?.text ?? NO_TEXT)}`.trimEnd()).join('\n\n');
-    writeFileAtomic(this.paths.output(st.key), text, { durable: false });
+    await writeJoinedOutput(this.paths.output(st.key), spec.members.map((m, j) => ({ heading: `### ${m.agent.name} #${j}`, file: outcomes[j]?.text.file ?? null })));
     let error: StepError | null = null;
     if (!allDone) {
       const stopCode = this.stopReason ?? 'CANCELLED';
       // The first failed member (index order) names the code: a member over its time limit makes the group TIMEOUT.
       error = failed.length > 0
-        ? { code: failed[0]!.error?.code === 'TIMEOUT' ? 'TIMEOUT' : 'STEP_FAILED', message: `step ${st.index} (parallel): ${failed.length} of ${members.length} members failed; first: ${failed[0]!.error?.message ?? 'unknown'}` }
+        ? { code: failed[0]!.error?.code === 'TIMEOUT' ? 'TIMEOUT' : 'STEP_FAILED', message: `step ${st.index} (parallel): ${failed.length} of ${members.length} members failed; first: member ${failed[0]!.index} (agent ${failed[0]!.agent}) ${failed[0]!.error?.code ?? 'STEP_FAILED'}` }
         : { code: stopCode, message: `step ${st.index} (parallel) was stopped before all its members completed` };
       st.error = error;
     }
@@ -354,7 +373,11 @@ class Executor {
     st.outputTruncated = result.outputTruncated;
     if (result.parsed?.usage) st.usage = result.parsed.usage as Record<string, number>;
     if (result.parsed?.costUsd !== undefined) st.costUsd = result.parsed.costUsd;
-    const ok = result.spawnError === null && result.stoppedFor === null && result.exitCode === 0 && !(result.parsed?.isError ?? false);
+    const ok = result.spawnError === null && result.stoppedFor === null && result.exitCode === 0 && !(result.parsed?.isError ?? false)
+      && result.outputWriteError === null;
+    // Messages are built from codes, names and numbers only: they are shown in listings. What the agent said (its
+    // CLI's error text, its stderr's last line) goes in `detail`, shown only by the run's full status.
+    const exited = result.signal ? `signal ${result.signal}` : `code ${result.exitCode}`;
     if (ok) {
       st.state = 'completed';
     } else if (result.stoppedFor === 'CANCELLED') {
@@ -366,9 +389,12 @@ class Executor {
         ? { code: 'STEP_FAILED', message: `agent ${spec.agent.name} could not be started (${result.spawnError})` }
         : result.stoppedFor === 'TIMEOUT'
           ? { code: 'TIMEOUT', message: `agent ${spec.agent.name} exceeded its step limit of ${timeoutMs} ms` }
-          : result.parsed?.isError
-            ? { code: 'STEP_FAILED', message: `agent ${spec.agent.name} reported an error: ${(result.parsed.errorMessage ?? 'unknown').slice(0, 300)}${result.parsed.reasonUnknown ? this.stderrWhy(st.key) : ''}` }
-            : { code: 'STEP_FAILED', message: `agent ${spec.agent.name} exited with ${result.signal ? `signal ${result.signal}` : `code ${result.exitCode}`}${this.stderrWhy(st.key)}` };
+          : result.outputWriteError !== null
+            ? { code: 'STEP_FAILED', message: outputWriteMessage(st.key, result.outputWriteError, result.outputBytes) }
+            : result.parsed?.isError
+              ? withDetail({ code: 'STEP_FAILED', message: `agent ${spec.agent.name} reported an error (exited with ${exited})` },
+                `${(result.parsed.errorMessage ?? 'unknown').slice(0, 300)}${result.parsed.reasonUnknown ? this.stderrWhy(st.key) : ''}`)
+              : withDetail({ code: 'STEP_FAILED', message: `agent ${spec.agent.name} exited with ${exited}` }, this.stderrWhy(st.key).replace(/^; /, ''));
     }
     await this.write();
     this.store.event(this.runId, { type: 'step-ended', step: st.key, state: st.state, exitCode: st.exitCode, signal: st.signal });
@@ -560,6 +586,17 @@ class Executor {
 function writtenFile(e: unknown): string {
   const named = e instanceof SubagentError ? /^could not write (\S+)/.exec(e.message)?.[1] : undefined;
   return named ?? "the run's files";
+}
+
+/** A step error with what the agent said, when it said anything: kept in status.json, shown only in full status. */
+function withDetail(e: StepError, detail: string): StepError {
+  return detail ? { ...e, detail } : e;
+}
+
+/** Why a step whose output the disk refused failed: the cause, in words a person acts on, and the byte counts. */
+function outputWriteMessage(stepKey: string, code: string, bytes: number): string {
+  const what = code === 'ENOSPC' ? 'disk full' : code === 'EDQUOT' ? 'disk quota exceeded' : 'the disk refused the write';
+  return `${what} while writing step ${stepKey}'s output (${code}); the agent's ${bytes} bytes of output were counted, and the stored copy was cut where the disk refused it. Free space in the state home and run it again`;
 }
 
 function substitute(task: string, previous: (() => string) | null): string {

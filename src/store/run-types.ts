@@ -62,7 +62,10 @@ export interface RunRecord {
 
 export interface StepError {
   code: RunErrorCode;
+  /** Built from codes, names and numbers only: listings and notifications show it. */
   message: string;
+  /** What the agent said about it (its CLI's error text, its stderr's last line): only the run's full status shows it. */
+  detail?: string;
 }
 
 export interface StepStatus {
