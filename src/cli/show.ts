@@ -26,7 +26,7 @@ export interface StepDetail {
   outputTruncated: boolean;
   usage: Record<string, number> | null;
   costUsd: number | null;
-  error: { code: string; message: string } | null;
+  error: { code: string; message: string; detail?: string } | null;
   appendSeq: number | null;
   children: string[];
   files: { output: FileInfo; raw?: FileInfo; stderr?: FileInfo };
@@ -49,7 +49,7 @@ export interface RunDetail {
   endedAt: string | null;
   durationMs: number | null;
   lastActivityAt: string;
-  error: { code: string; message: string } | null;
+  error: { code: string; message: string; detail?: string } | null;
   dismissed: boolean;
   timeoutMs: number | null;
   killGraceMs: number;
@@ -132,6 +132,7 @@ export function renderDetail(d: RunDetail, out: (s: string) => void): void {
   out(`run ${d.runId}`);
   const kv = (k: string, v: string) => out(`  ${`${k}:`.padEnd(13)}${v}`);
   kv('state', `${d.state}${d.error ? ` — ${d.error.code}: ${oneLine(d.error.message, 200)}` : ''}${d.dismissed ? ' [dismissed]' : ''}`);
+  if (d.error?.detail) kv('agent said', oneLine(d.error.detail, 300));
   kv('mode', `${d.mode}, ${d.steps.length} step${d.steps.length === 1 ? '' : 's'}${d.pendingAppends ? ` (+${d.pendingAppends} appended, pending)` : ''}`);
   if (d.label) kv('label', oneLine(d.label, 200));
   kv('session', d.sessionId);
@@ -159,7 +160,7 @@ export function renderDetail(d: RunDetail, out: (s: string) => void): void {
       s.costUsd !== null ? `$${s.costUsd.toFixed(4)}` : null,
     ].filter(Boolean).join(', ');
     out(`${indent}${name} ${s.agent}: ${s.state} — ${evidence}`);
-    if (s.error) out(`${indent}  error: ${s.error.code}: ${oneLine(s.error.message, 200)}`);
+    if (s.error) out(`${indent}  error: ${s.error.code}: ${oneLine(s.error.message, 200)}${s.error.detail ? ` (said: ${oneLine(s.error.detail, 200)})` : ''}`);
     if (s.children.length) out(`${indent}  children: ${s.children.join(', ')}`);
     if (!s.members) {
       out(`${indent}  output: ${s.files.output.path}${s.files.output.bytes === null ? ' (not written yet)' : ''}`);
