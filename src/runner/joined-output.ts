@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
+import { assertNoLinkBelowHome } from '../store/home-guard.js';
 import { openStateFile } from '../store/state-file.js';
 
 const COPY_CHUNK_BYTES = 1024 * 1024;
@@ -39,6 +40,7 @@ function writeAll(fd: number, b: Buffer): void {
  * `target`, like every state write; not fsynced (an output, not an acknowledgement). Returns the bytes written.
  */
 export async function writeJoinedOutput(target: string, parts: JoinedPart[]): Promise<number> {
+  assertNoLinkBelowHome(target);
   const tmp = path.join(path.dirname(target), `.${path.basename(target)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
   const out = fs.openSync(tmp, fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_WRONLY | fs.constants.O_NOFOLLOW, 0o600);
   let written = 0;

@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import { assertNoLinkBelowHome } from '../store/home-guard.js';
 
 const { O_CREAT, O_WRONLY, O_TRUNC, O_NOFOLLOW, O_APPEND, O_NONBLOCK } = fs.constants;
 
@@ -22,6 +23,7 @@ export class OutputCapture {
   /** The errno of the first write the disk refused, or null. */
   writeError: string | null = null;
   constructor(file: string, private readonly capBytes: number) {
+    assertNoLinkBelowHome(file);
     this.fd = fs.openSync(file, O_CREAT | O_WRONLY | O_TRUNC | O_APPEND | O_NOFOLLOW | O_NONBLOCK, 0o600);
   }
   get truncated(): boolean {

@@ -8,6 +8,7 @@ import { agentSourceEnv, buildAgentEnv } from '../agents/agent-env.js';
 import type { ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, runnerGroups, signalVerified, terminateProcesses } from '../process/terminate.js';
 import { diskFaultOf, ensurePrivateDir, removeStaleTemps, writeFileAtomic } from '../store/atomic-write.js';
+import { assertNoLinkBelowHome } from '../store/home-guard.js';
 import { readJsonFile } from '../store/json-file.js';
 import { Layout, type RunPaths } from '../store/layout.js';
 import { withLedger } from '../store/ledger.js';
@@ -18,7 +19,7 @@ import {
   isTerminalRun, isTerminalStep, type AgentTaskSpec, type RunRecord, type RunState, type RunStatus, type StepError,
   type StepSpec, type StepStatus,
 } from '../store/run-types.js';
-import { SubagentError, type RunErrorCode } from '../errors.js';
+import { SubagentError, isSubagentError, type RunErrorCode } from '../errors.js';
 import { MAIN_JS } from '../paths.js';
 import { readTail, runAgentProcess } from './agent-process.js';
 import { claimAgentSlot, releaseAgentSlot, releaseRunSlotsLocked, setAgentSlotProcess } from './agent-slots.js';
@@ -195,8 +196,9 @@ class Executor {
           }));
         }
       } catch (e) {
-        // The end could not be recorded (the disk refused status.json past the retries): say so in its place.
-        const code = diskFaultOf(e);
+        // The end could not be recorded (the disk refused status.json past the retries, or the run directory is no
+        // longer one the runner may write into): say so in its place.
+        const code = refusedWrite(e);
         if (!code) throw e;
         exitCode = await this.recordWriteFailure(code, writtenFile(e));
       }
@@ -234,7 +236,7 @@ class Executor {
       }));
       return 0;
     } catch (e) {
-      process.stderr.write(`runner: could not write status.json (${diskFaultOf(e) ?? code}) to record the run failed either; exiting, reconciliation will end the run\n`);
+      process.stderr.write(`runner: could not write status.json (${refusedWrite(e) ?? code}) to record the run failed either; exiting, reconciliation will end the run\n`);
       return 1;
     }
   }
@@ -542,7 +544,7 @@ class Executor {
     try {
       stored = await persistently(() => this.store.update(this.runId, () => this.status, { repairFrom: this.status }));
     } catch (e) {
-      const code = diskFaultOf(e);
+      const code = refusedWrite(e);
       if (!code) throw e;
       // An intermediate write: the run goes on. Status is written whole each time, so the next write carries this one.
       process.stderr.write(`runner: could not write status.json (${code}) after ${DISK_ATTEMPTS} attempts; going on, the next write carries the state\n`);
@@ -580,6 +582,14 @@ class Executor {
       this.ledgerReleased = true;
     }).catch((e: unknown) => process.stderr.write(`runner: ledger release failed: ${(e as Error).message}\n`));
   }
+}
+
+/**
+ * Why a state write was refused, when it is a refusal the run outlives: a disk fault, or `ELOOP` for a run directory
+ * that became a symlink (the write is refused, never followed: see src/store/home-guard.ts). Else null.
+ */
+function refusedWrite(e: unknown): string | null {
+  return diskFaultOf(e) ?? (isSubagentError(e, 'STATE_CORRUPT') ? 'ELOOP' : null);
 }
 
 /** The state file a refused write named (`status.json`, `output.txt` …; the run id is the run's own), for messages. */
@@ -625,6 +635,7 @@ function readStepText(t: StepText): string {
  * was read into memory and written again, and the terminal status's fsync then flushed that second copy too.
  */
 function publishRunOutput(t: StepText, target: string): void {
+  assertNoLinkBelowHome(target);
   let src: fs.Stats | null = null;
   try { src = t.file === null ? null : fs.statSync(t.file); } catch { /* gone: an empty output */ }
   if (src === null || src.size > t.cap) {

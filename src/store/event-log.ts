@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import { fsPort } from './fs-port.js';
+import { assertNoLinkBelowHome } from './home-guard.js';
 import { readTextNoFollow } from './json-file.js';
 
 const { O_APPEND, O_CREAT, O_WRONLY, O_NOFOLLOW, O_NONBLOCK } = fs.constants;
@@ -16,6 +17,7 @@ export interface RunEvent {
  */
 export function appendEvent(file: string, event: Omit<RunEvent, 'ts'>): void {
   const line = JSON.stringify({ ts: new Date().toISOString(), ...event }) + '\n';
+  assertNoLinkBelowHome(file);
   const fd = fsPort.openSync(file, O_APPEND | O_CREAT | O_WRONLY | O_NOFOLLOW | O_NONBLOCK, 0o600);
   try {
     fsPort.writeSync(fd, Buffer.from(line));

@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import { SubagentError } from '../errors.js';
+import { assertNoLinkBelowHome } from './home-guard.js';
 
 const { O_RDONLY, O_NOFOLLOW, O_NONBLOCK } = fs.constants;
 
@@ -25,6 +26,7 @@ function kindOf(st: fs.Stats): string {
  * does not exist; anything else that is not a readable regular file is STATE_CORRUPT naming `label`.
  */
 export function openStateFile(file: string, label: string, maxBytes = Infinity): { fd: number; size: number } | null {
+  assertNoLinkBelowHome(file);
   let fd: number;
   try {
     // O_NONBLOCK: opening a FIFO for reading returns at once instead of waiting for a writer.
