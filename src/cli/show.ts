@@ -59,6 +59,7 @@ export interface RunDetail {
   runner: (ProcessIdentity & { alive: boolean }) | null;
   runnerLogTail?: string;
   survivors: ProcessIdentity[];
+  escaped: Array<{ pid: number; command: string }>;
   children: string[];
   steps: StepDetail[];
   output: FileInfo;
@@ -117,7 +118,7 @@ export async function runDetail(ctx: ManagerContext, runId: string): Promise<Run
     createdAt: record.createdAt, startedAt: status.startedAt, endedAt: status.endedAt, durationMs: durationOf(record.createdAt, status),
     lastActivityAt: view.lastActivityAt, error: status.error, dismissed: view.dismissed, timeoutMs: record.timeoutMs,
     killGraceMs: record.killGraceMs, limits: record.limits, fanout: view.fanout, pendingAppends: view.pendingAppends,
-    runner: withAlive(status.runner), survivors: status.survivors, children: children.map((c) => c.runId), steps,
+    runner: withAlive(status.runner), survivors: status.survivors, escaped: (status.escaped ?? []).map((p) => ({ pid: p.pid, command: p.command })), children: children.map((c) => c.runId), steps,
     output: fileInfo(paths.runOutput),
     files: { dir: paths.dir, record: fileInfo(paths.record), status: fileInfo(paths.status), events: fileInfo(paths.events), runnerLog: fileInfo(paths.runnerLog) },
     ...(({ events, skipped }) => ({ events, eventsSkipped: skipped }))(readEvents(paths.events)),
@@ -145,6 +146,7 @@ export function renderDetail(d: RunDetail, out: (s: string) => void): void {
   kv('activity', `${d.lastActivityAt} (${formatAge(d.lastActivityAt, now)})`);
   kv('runner', d.runner ? `pid ${d.runner.pid} (start time ${d.runner.startTime}, ${d.runner.alive ? 'alive' : 'gone'})` : 'not started');
   kv('limits', `fan-out ${d.fanout.used} of ${d.fanout.limit} used; depth limit ${d.limits.maxDepth}; timeout ${d.timeoutMs === null ? 'none' : formatDuration(d.timeoutMs)}; kill grace ${d.killGraceMs} ms`);
+  if (d.escaped.length) kv('escaped', d.escaped.map((p) => `pid ${p.pid} (${oneLine(p.command, 80)})`).join(', ') + ' (left the run\'s group and token; stopped by the runner)');
   if (d.survivors.length) kv('survivors', d.survivors.map((p) => `pid ${p.pid}`).join(', ') + ' (could not be killed; their slots stay held)');
   if (d.children.length) kv('children', d.children.join(', '));
   out('');

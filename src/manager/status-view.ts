@@ -56,6 +56,7 @@ export interface RunView {
   runnerPid: number | null;
   runnerLogTail?: string;
   survivors?: number[];
+  escaped?: Array<{ pid: number; command: string }>;
 }
 
 export interface RunSummary {
@@ -182,6 +183,7 @@ export function renderRun(ctx: ManagerContext, record: RunRecord, status: RunSta
   };
   if (status.runnerLogTail) v.runnerLogTail = status.runnerLogTail;
   if (status.survivors.length) v.survivors = status.survivors.map((p) => p.pid);
+  if (status.escaped?.length) v.escaped = status.escaped.map((p) => ({ pid: p.pid, command: p.command }));
   return v;
 }
 

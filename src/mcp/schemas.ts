@@ -104,6 +104,7 @@ export const StatusOutput = z.object({
   output: TextView.extend({ uri: z.string() }).optional(), fanout: Fanout.optional(), pendingAppends: z.number().optional(),
   adopted: z.boolean().optional(), dismissed: z.boolean().optional(), runnerPid: z.number().nullable().optional(),
   runnerLogTail: z.string().optional(), survivors: z.array(z.number()).optional(),
+  escaped: z.array(z.object({ pid: z.number(), command: z.string() })).optional(),
   runs: z.array(RunSummary).optional(),
   omitted: z.number().optional().describe('Older runs not listed inline (the newest 200 are); resources/list pages through all'),
   capacity: Capacity.optional(),

@@ -373,6 +373,10 @@ class Executor {
     st.endedAt = new Date().toISOString();
     st.outputBytes = result.outputBytes;
     st.outputTruncated = result.outputTruncated;
+    if (result.escaped.length > 0) {
+      (this.status.escaped ??= []).push(...result.escaped);
+      this.store.event(this.runId, { type: 'escaped', step: st.key, pids: result.escaped.map((p) => p.pid) });
+    }
     if (result.parsed?.usage) st.usage = result.parsed.usage as Record<string, number>;
     if (result.parsed?.costUsd !== undefined) st.costUsd = result.parsed.costUsd;
     const ok = result.spawnError === null && result.stoppedFor === null && result.exitCode === 0 && !(result.parsed?.isError ?? false)

@@ -106,6 +106,11 @@ export interface RunStatus {
   appendsTaken: number;
   /** Processes that survived SIGKILL (listed by cancel). */
   survivors: ProcessIdentity[];
+  /**
+   * Descendants of its agents that left both the run's process group and its run token, found by the runner's
+   * tracking (src/process/escape-tracker.ts) and stopped by it: pid, start time and command, for the record.
+   */
+  escaped?: Array<ProcessIdentity & { command: string }>;
   /** For RUNNER_LOST: the end of the runner's own log (its crash reason; never agent output). */
   runnerLogTail?: string;
 }
