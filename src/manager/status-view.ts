@@ -218,6 +218,9 @@ function safeRead(ctx: ManagerContext, runId: string): RunStatus | null {
   try { return ctx.store.readStatus(runId); } catch { return null; }
 }
 
+/** The state listed for a run whose status.json cannot be read: not a run state, and never a terminal one. */
+export const UNREADABLE_STATE = 'unreadable';
+
 /** A run's error as listings and notifications show it: code and message, never the agent's words (`detail`). */
 export function listedError(e: { code: string; message: string } | null): { code: string; message: string } | null {
   return e === null ? null : { code: e.code, message: e.message };
@@ -229,13 +232,15 @@ export function summarize(ctx: ManagerContext, runId: string, status: Pick<RunSt
   return {
     runId,
     sessionId: meta.sessionId,
-    state: status?.state ?? 'failed',
+    // Unreadable is not an end: the run's runner, its single writer, may still be alive and repair the file, and a
+    // listed terminal state that later changed would break "terminal is final".
+    state: status?.state ?? UNREADABLE_STATE,
     mode: meta.mode,
     label: meta.label,
     agents: meta.agents,
     createdAt: meta.createdAt,
     endedAt: status?.endedAt ?? null,
-    error: status ? listedError(status.error) : { code: 'STATE_CORRUPT', message: `status.json of ${runId} is unreadable` },
+    error: status ? listedError(status.error) : { code: 'STATE_CORRUPT', message: `status.json of ${runId} is unreadable; status ${runId} says why` },
     adopted: meta.sessionId !== ctx.sessionId && meta.depth === 0,
     dismissed: dismissed ?? ctx.store.isDismissed(runId),
   };
