@@ -60,8 +60,9 @@ function linkedFiles(map) {
 const builtinDefaults = {
   name: 'builtin-defaults',
   setup(build) {
+    // Our own sources only: a package's named imports (execa's, loaded only by isolated steps) keep esbuild's interop.
     build.onResolve({ filter: /^node:(fs|path|os|net)$/ }, (args) => (
-      args.kind === 'import-statement' ? { path: args.path, namespace: 'builtin-default' } : undefined));
+      args.kind === 'import-statement' && !args.importer.includes(`${path.sep}node_modules${path.sep}`) ? { path: args.path, namespace: 'builtin-default' } : undefined));
     build.onLoad({ filter: /.*/, namespace: 'builtin-default' }, (args) => ({ contents: `export default require(${JSON.stringify(args.path)});`, loader: 'js' }));
   },
 };

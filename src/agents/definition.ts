@@ -103,6 +103,7 @@ export function parseAgentFile(text: string | Uint8Array, meta: AgentFileMeta): 
   if (fm.tools !== undefined) def.tools = fm.tools;
   if (fm.command !== undefined) def.command = fm.command;
   if (fm.timeoutMs !== undefined) def.timeoutMs = fm.timeoutMs;
+  if (fm.isolation === 'worktree') def.isolation = 'worktree';
 
   if (!meta.trusted) {
     const violation = untrustedViolation(def);
@@ -241,6 +242,7 @@ function frontMatterSchema(maxTimeoutMs: number) {
       .positive({ error: 'must be positive' })
       .max(maxTimeoutMs, { error: `must be at most ${maxTimeoutMs} (SUBAGENTS_MAX_TIMEOUT_MS)` }).optional(),
     delegate: z.boolean({ error: 'must be true or false' }).optional(),
+    isolation: z.enum(['worktree', 'none'], { error: 'must be worktree or none' }).optional(),
   });
 }
 

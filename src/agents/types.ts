@@ -21,6 +21,8 @@ export interface AgentDefinition {
   env: string[];
   timeoutMs?: number;
   delegate: boolean;
+  /** `worktree`: each step of this agent runs in its own git worktree and branch (docs/agents.md). */
+  isolation?: 'worktree';
   /** The system prompt: appended to the CLI's own. */
   body: string;
   source: AgentSource;

@@ -29,7 +29,9 @@ export interface StepDetail {
   error: { code: string; message: string; detail?: string } | null;
   appendSeq: number | null;
   children: string[];
-  files: { output: FileInfo; raw?: FileInfo; stderr?: FileInfo };
+  files: { output: FileInfo; raw?: FileInfo; stderr?: FileInfo; patch?: FileInfo };
+  /** Isolated steps: the branch and what changed. */
+  changes?: { branch: string; commit: string; base: string; files: number; insertions: number; deletions: number };
   members?: StepDetail[];
 }
 
@@ -100,6 +102,10 @@ export async function runDetail(ctx: ManagerContext, runId: string): Promise<Run
       children: children.filter((c) => c.stepKey === st.key || c.stepKey.startsWith(`${st.key}.`)).map((c) => c.runId),
       files: { output: fileInfo(paths.output(st.key)) },
     };
+    if (st.changes) {
+      d.changes = { branch: st.changes.branch, commit: st.changes.commit, base: st.changes.base, files: st.changes.files, insertions: st.changes.insertions, deletions: st.changes.deletions };
+      d.files.patch = fileInfo(paths.patch(st.key));
+    }
     if (!st.members) {
       const raw = fileInfo(paths.rawOutput(st.key));
       const err = fileInfo(paths.stderr(st.key));
@@ -164,6 +170,11 @@ export function renderDetail(d: RunDetail, out: (s: string) => void): void {
     out(`${indent}${name} ${s.agent}: ${s.state} — ${evidence}`);
     if (s.error) out(`${indent}  error: ${s.error.code}: ${oneLine(s.error.message, 200)}${s.error.detail ? ` (said: ${oneLine(s.error.detail, 200)})` : ''}`);
     if (s.children.length) out(`${indent}  children: ${s.children.join(', ')}`);
+    if (s.changes) {
+      const c = s.changes;
+      out(`${indent}  branch: ${c.branch} at ${c.commit.slice(0, 12)} (from ${c.base.slice(0, 12)}): ${c.files} file(s), +${c.insertions} -${c.deletions}`);
+      if (s.files.patch) out(`${indent}  patch:  ${s.files.patch.path} (${formatBytes(s.files.patch.bytes ?? 0)})`);
+    }
     if (!s.members) {
       out(`${indent}  output: ${s.files.output.path}${s.files.output.bytes === null ? ' (not written yet)' : ''}`);
       if (s.files.raw) out(`${indent}  raw:    ${s.files.raw.path} (${formatBytes(s.files.raw.bytes ?? 0)})`);

@@ -11,7 +11,7 @@ import { locateBackend, loadFullCatalog, catalogFor, resolverForOneLook } from '
 import type { ManagerContext } from './context.js';
 
 export interface AgentListing {
-  agents: Array<{ name: string; description: string; backend: string; source: string; trusted: boolean; available: boolean; problem?: string; warnings?: string[]; models?: string[] }>;
+  agents: Array<{ name: string; description: string; backend: string; source: string; trusted: boolean; available: boolean; problem?: string; warnings?: string[]; models?: string[]; isolation?: 'worktree' }>;
   refused: Array<{ name?: string; path: string; source: string; reason: string }>;
 }
 
@@ -28,6 +28,7 @@ export async function listAgents(ctx: ManagerContext): Promise<AgentListing> {
         name: d.name, description: d.description, backend: d.backend, source: d.source, trusted: d.trusted,
         available: problem === null, ...(problem ? { problem } : {}), ...(warnings.length ? { warnings } : {}),
         ...(d.models ? { models: d.models } : {}),
+        ...(d.isolation ? { isolation: d.isolation } : {}),
       };
     }),
     refused: (full?.refused ?? []).map((r) => ({ ...(r.name ? { name: r.name } : {}), path: r.path, source: r.source, reason: r.reason })),

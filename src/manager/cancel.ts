@@ -7,6 +7,7 @@ import type { ManagerContext } from './context.js';
 import { requireVisible } from './listing.js';
 import { requestTreeCancel } from './nesting.js';
 import { reconcileRun } from './reconcile.js';
+import { removeStaleWorktrees } from './isolation.js';
 import { freshStatus } from './run-status.js';
 import { withLedger } from '../store/ledger.js';
 import { treeIsLive } from '../store/run-tree.js';
@@ -57,6 +58,8 @@ export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?:
           // A root whose tree still lives keeps its slot; capacity pruning returns it once the tree has ended.
           if (record.depth === 0 && !treeIsLive(l, ctx.store, runId)) { delete l.roots[runId]; delete l.trees[runId]; }
         }).catch(() => {});
+        // Not awaited: deleting a large worktree must not hold up the answer (gc sweeps what an exit cuts short).
+        void removeStaleWorktrees(ctx, runId);
       }
     }
     // The runner exits right after recording the end (ledger release, last event): wait for that as well, within the

@@ -5,6 +5,8 @@ import type { ManagerContext } from './context.js';
 import { listAll, type RunMeta } from './listing.js';
 import { freshStatus } from './run-status.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
+import { deleteBranches, removeEndedRunsWorktrees, runBranches } from './isolation.js';
+import { isAlive } from '../process/identity.js';
 
 /** What retention decided for one run tree (a top-level run and the runs nested under it go together). */
 export interface GcCandidate {
@@ -24,6 +26,10 @@ export interface GcReport {
   keptRecent: number;
   bytesFreed: number;
   dryRun: boolean;
+  /** Worktrees of ended runs removed (isolated steps' directories; their branches stay). */
+  worktreesRemoved: number;
+  /** With `branches`: branches of removed runs deleted (or, in a dry run, that would be). */
+  branchesDeleted: number;
 }
 
 /** Bytes of every regular file under `p`, never following a symlink; a file linked twice (a run's output) counts once. */
@@ -58,7 +64,7 @@ function endOf(ctx: ManagerContext, runId: string, s: RunStatus | null): number 
  * now and is kept for the whole retention period. An active run is never removed: each tree is checked again under
  * its root's run lock, then renamed out of `runs/` at once (the id stops resolving) and deleted.
  */
-export async function collectGarbage(ctx: ManagerContext, o: { olderThanMs: number; dryRun: boolean; now?: number }): Promise<GcReport> {
+export async function collectGarbage(ctx: ManagerContext, o: { olderThanMs: number; dryRun: boolean; now?: number; branches?: boolean }): Promise<GcReport> {
   const now = o.now ?? Date.now();
   const cutoff = now - o.olderThanMs;
   const trees = new Map<string, RunMeta[]>();
@@ -69,7 +75,14 @@ export async function collectGarbage(ctx: ManagerContext, o: { olderThanMs: numb
     const root = ids.has(m.rootRunId) ? m.rootRunId : m.runId;
     trees.set(root, [...(trees.get(root) ?? []), m]);
   }
-  const report: GcReport = { cutoff: new Date(cutoff).toISOString(), removed: [], keptActive: 0, keptRecent: 0, bytesFreed: 0, dryRun: o.dryRun };
+  const report: GcReport = { cutoff: new Date(cutoff).toISOString(), removed: [], keptActive: 0, keptRecent: 0, bytesFreed: 0, dryRun: o.dryRun, worktreesRemoved: 0, branchesDeleted: 0 };
+  // Worktrees left by runs that ended (whatever their age): stale the moment their run ended. Branches stay.
+  if (!o.dryRun) {
+    report.worktreesRemoved = await removeEndedRunsWorktrees(ctx, async (id) => {
+      // A runner still alive after its run's end is removing them itself.
+      try { const s = await freshStatus(ctx, id); return isTerminalRun(s.state) && !isAlive(s.runner); } catch { return !safeRecord(ctx, id); }
+    });
+  }
   for (const [root, members] of trees) {
     let active = false;
     let latest = 0;
@@ -86,9 +99,11 @@ export async function collectGarbage(ctx: ManagerContext, o: { olderThanMs: numb
       rootRunId: root, runIds, endedAt: new Date(latest).toISOString(),
       dismissed: ctx.store.isDismissed(root), bytes: runIds.reduce((n, id) => n + diskBytes(ctx.store.paths(id).dir), 0),
     };
-    if (o.dryRun) { report.removed.push(candidate); report.bytesFreed += candidate.bytes; continue; }
+    // Branches are the user's work: deleted only when asked (`gc --branches`), and only those of runs removed here.
+    const branches = o.branches ? runIds.flatMap((id) => { try { return runBranches(ctx.store.readStatus(id)); } catch { return []; } }) : [];
+    if (o.dryRun) { report.removed.push(candidate); report.bytesFreed += candidate.bytes; report.branchesDeleted += branches.length; continue; }
     const moved = await removeTree(ctx, root, runIds);
-    if (moved) { report.removed.push(candidate); report.bytesFreed += candidate.bytes; } else report.keptActive++;
+    if (moved) { report.removed.push(candidate); report.bytesFreed += candidate.bytes; report.branchesDeleted += await deleteBranches(ctx, branches); } else report.keptActive++;
   }
   if (!o.dryRun) removeLeftoverTrash(ctx);
   return report;
@@ -124,4 +139,8 @@ function removeLeftoverTrash(ctx: ManagerContext): void {
   let names: string[] = [];
   try { names = fs.readdirSync(ctx.layout.runsDir); } catch { return; }
   for (const n of names) if (n.startsWith('.gc-')) fs.rmSync(path.join(ctx.layout.runsDir, n), { recursive: true, force: true });
+}
+
+function safeRecord(ctx: ManagerContext, runId: string): unknown {
+  try { return ctx.store.readRecord(runId); } catch { return null; }
 }

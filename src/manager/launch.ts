@@ -19,6 +19,7 @@ import { checkNesting } from './nesting.js';
 import { resolveRunCwd } from './roots.js';
 import { indexRun, ownActiveRuns } from './listing.js';
 import { originalUmask } from './original-umask.js';
+import { resolveIsolation, type IsolationInput } from './isolation.js';
 
 export interface AgentTaskInput { agent: string; task: string }
 export interface GroupInput { parallel: AgentTaskInput[]; concurrency?: number; failFast?: boolean }
@@ -30,7 +31,7 @@ export type LaunchInput = {
   timeoutMs?: number;
   label?: string;
   model?: string;
-} & (
+} & IsolationInput & (
   | { mode: 'single'; step: AgentTaskInput }
   | { mode: 'parallel'; group: GroupInput }
   | { mode: 'chain'; chain: ChainEntryInput[] }
@@ -113,6 +114,8 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   const catalog = await catalogFor(ctx);
   const entries: ChainEntryInput[] = input.mode === 'single' ? [input.step] : input.mode === 'parallel' ? [input.group] : input.chain;
   const steps = buildSteps(ctx, catalog, entries, input.model);
+  // Before anything is reserved or written: a repository that cannot be isolated is a refusal.
+  const isolation = await resolveIsolation(ctx, cwd, input, steps);
   const paths = claimPaths(steps);
   const runId = newRunId();
   const rootRunId = nesting ? nesting.rootRunId : runId;
@@ -128,7 +131,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     maxAgents: parentRecord?.maxAgents ?? settings.maxAgents,
     passEnv: treePassEnv(ctx, parentRecord), umask: originalUmask(), depth, rootRunId, parentRunId: nesting?.parentRunId ?? null,
     parentStepKey: nesting?.parentStepKey ?? null, limits, runToken: randomBytes(24).toString('base64url'),
-    server: ctx.server, steps,
+    server: ctx.server, steps, ...(isolation ? { isolation } : {}),
   };
   const status: RunStatus = {
     v: 1, runId, state: 'starting', error: null, startedAt: null, endedAt: null, updatedAt: record.createdAt,
@@ -186,6 +189,8 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   const runPaths = created.paths;
   let started: RunStatus;
   try {
+    // A launch abandoned before its spawn (the server shutting down) starts no runner at all.
+    if (o.signal.aborted) throw new HandshakeFailure('spawn', 'the launch was cancelled or the server is shutting down', null);
     child = await spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env: runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord), envFor), logFile: runPaths.runnerLog });
     testFault(ctx, 'server-after-spawn');
     // Bound while the runner boots (the server is idle for those ~30 ms): to the process we started, as /proc shows
@@ -253,7 +258,7 @@ async function abandonLaunch(ctx: ManagerContext, runId: string, f: HandshakeFai
     while (performance.now() < end) {
       const alive = runner ? isAlive(runner) : processExists(pid);
       if (!alive) break;
-      await new Promise((r) => setTimeout(r, 20));
+      await new Promise((r) => setTimeout(r, 5));
     }
   }
   return 'failed';

@@ -7,6 +7,7 @@ import { withLedger } from '../store/ledger.js';
 import { treeIsLive } from '../store/run-tree.js';
 import { isTerminalRun, isTerminalStep, type RunStatus, type StepError, type StepStatus } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';
+import { removeStaleWorktrees } from './isolation.js';
 
 const inflight = new Map<string, Promise<void>>();
 
@@ -97,6 +98,10 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
     try { writeFileAtomic(ctx.store.paths(c.runId).cancelRequest, JSON.stringify({ at: new Date().toISOString(), reason: 'PARENT_ENDED' })); } catch { /* gone */ }
   }
   if (term.survivors.length === 0 && ours) await releaseLedger(ctx, runId, record.depth === 0, record.rootRunId, after);
+  // Its worktrees go now that nothing of the run runs (what their steps committed stays on the branches). Not
+  // awaited: deleting thousands of files must not hold up the status answer that waits for this reconciliation;
+  // gc sweeps what an exiting process cuts short.
+  if (term.survivors.length === 0 && ours) void removeStaleWorktrees(ctx, runId);
 }
 
 /**

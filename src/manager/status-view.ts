@@ -31,6 +31,8 @@ export interface StepView {
   costUsd: number | null;
   error: { code: string; message: string } | null;
   children: string[];
+  /** Isolated steps: the branch and what changed (the patch: …/steps/{index}/patch). */
+  changes?: { branch: string; commit: string; base: string; files: number; insertions: number; deletions: number };
   members?: StepView[];
 }
 
@@ -147,6 +149,7 @@ export function renderRun(ctx: ManagerContext, record: RunRecord, status: RunSta
       usage: s.usage, costUsd: s.costUsd, error: s.error,
       children: children.filter((c) => c.stepKey === s.key).map((c) => c.runId),
     };
+    if (s.changes) v.changes = changesView(s.changes);
     if (s.state === 'failed' && !s.members) v.stderrTail = redactSecrets(readTail(paths.stderr(s.key), STDERR_TAIL_BYTES));
     if (s.members) v.members = s.members.map(view);
     return v;
@@ -185,6 +188,11 @@ export function renderRun(ctx: ManagerContext, record: RunRecord, status: RunSta
   if (status.survivors.length) v.survivors = status.survivors.map((p) => p.pid);
   if (status.escaped?.length) v.escaped = status.escaped.map((p) => ({ pid: p.pid, command: p.command }));
   return v;
+}
+
+/** The public part of a step's changes (the repository path stays internal). */
+function changesView(c: NonNullable<StepStatus['changes']>): NonNullable<StepView['changes']> {
+  return { branch: c.branch, commit: c.commit, base: c.base, files: c.files, insertions: c.insertions, deletions: c.deletions };
 }
 
 function stepText(paths: RunPaths, s: StepStatus, budget: number): TextView {

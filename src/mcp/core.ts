@@ -1,5 +1,5 @@
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import type { CallToolResult, CreateTaskResult, Task } from '@modelcontextprotocol/sdk/types.js';
 import type { Settings } from '../config.js';
 import { SubagentError } from '../errors.js';
 import { newSessionId } from '../ids.js';
@@ -13,6 +13,7 @@ import { selfIdentity } from '../process/identity.js';
 import { completeArgument, listResources, readResource, requireResource, RESOURCE_TEMPLATES } from './resources.js';
 import { refusal } from './results.js';
 import { RunWatcher } from './run-watcher.js';
+import * as tasks from './tasks.js';
 import type { ToolEnv, ToolExtra } from './tool.js';
 import { loadTool, TOOL_NAMES } from './tools/lazy.js';
 
@@ -56,6 +57,12 @@ export interface Core {
   unsubscribe: (uri: string) => void;
   complete: (name: string, value: string, context: Record<string, string> | undefined) => ReturnType<typeof completeArgument>;
   resourceTemplates: typeof RESOURCE_TEMPLATES;
+  /** MCP Tasks over runs (./tasks.ts). */
+  createTask: (name: string, args: Record<string, unknown>, extra: ToolExtra) => Promise<CreateTaskResult>;
+  getTask: (taskId: string) => Promise<Task>;
+  taskResult: (taskId: string, extra: ToolExtra) => Promise<CallToolResult>;
+  listTasks: (cursor: string | undefined) => Promise<{ tasks: Task[]; nextCursor?: string }>;
+  cancelTask: (taskId: string) => Promise<Task>;
   stop: () => void;
 }
 
@@ -85,6 +92,19 @@ export function startCore(o: CoreOptions): Core {
     unsubscribe: (uri) => watcher.unsubscribe(uri),
     complete: (name, value, context) => completeArgument(ctx, name, value, context),
     resourceTemplates: RESOURCE_TEMPLATES,
+    createTask: async (name, args, extra) => {
+      const r = await tasks.createTask(name, args, extra, env);
+      watcher.poke();
+      return r;
+    },
+    getTask: (taskId) => tasks.getTask(taskId, env),
+    taskResult: (taskId, extra) => tasks.taskResult(taskId, extra, env),
+    listTasks: (cursor) => tasks.listTasks(cursor, env),
+    cancelTask: async (taskId) => {
+      const t = await tasks.cancelTask(taskId, env);
+      watcher.poke();
+      return t;
+    },
     stop: () => { watcher.stop(); stopSweeper(); },
   };
 }

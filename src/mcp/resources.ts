@@ -11,12 +11,13 @@ import { openStateFile } from '../store/state-file.js';
 export const MAX_READ_BYTES = 4 * 1024 * 1024;
 export const PAGE_SIZE = 100;
 
-const URI = /^subagents:\/\/runs\/([^/?#]+)(\/output|\/events|\/steps\/(\d+(?:\.\d+)?)\/output)?(?:\?(.*))?$/;
+const URI = /^subagents:\/\/runs\/([^/?#]+)(\/output|\/events|\/steps\/(\d+(?:\.\d+)?)\/(?:output|patch))?(?:\?(.*))?$/;
 
 export const RESOURCE_TEMPLATES = [
   { uriTemplate: 'subagents://runs/{runId}', name: 'run', title: 'Run status', description: 'The full status of a run (JSON)', mimeType: 'application/json' },
   { uriTemplate: 'subagents://runs/{runId}/output', name: 'run-output', title: 'Run output', description: 'The run\'s final output (text; ?offset=&length= for more than 4 MiB)', mimeType: 'text/plain' },
   { uriTemplate: 'subagents://runs/{runId}/steps/{index}/output', name: 'step-output', title: 'Step output', description: 'One step\'s output so far (text; member N of parallel step I is I.N)', mimeType: 'text/plain' },
+  { uriTemplate: 'subagents://runs/{runId}/steps/{index}/patch', name: 'step-patch', title: 'Step patch', description: 'An isolated step\'s changes as a unified diff from its base to its commit (text; empty for a step that was not isolated)', mimeType: 'text/x-diff' },
   { uriTemplate: 'subagents://runs/{runId}/events', name: 'run-events', title: 'Run events', description: 'The run\'s event log (JSON lines)', mimeType: 'application/x-ndjson' },
 ];
 
@@ -139,14 +140,14 @@ function pagedContent(uri: string, mimeType: string, page: { text: string; start
   };
 }
 
-interface ParsedUri { runId: string; part: 'status' | 'output' | 'events' | 'step'; stepKey?: string; query: URLSearchParams }
+interface ParsedUri { runId: string; part: 'status' | 'output' | 'events' | 'step' | 'patch'; stepKey?: string; query: URLSearchParams }
 
 function parseUri(uri: string): ParsedUri | null {
   const m = URI.exec(uri);
   if (!m) return null;
   let runId: string;
   try { runId = decodeURIComponent(m[1]!); } catch { return null; }
-  const part = !m[2] ? 'status' : m[2] === '/output' ? 'output' : m[2] === '/events' ? 'events' : 'step';
+  const part = !m[2] ? 'status' : m[2] === '/output' ? 'output' : m[2] === '/events' ? 'events' : m[2].endsWith('/patch') ? 'patch' : 'step';
   return { runId, part, ...(m[3] !== undefined ? { stepKey: m[3] } : {}), query: new URLSearchParams(m[4] ?? '') };
 }
 
@@ -185,14 +186,14 @@ export async function readResource(ctx: ManagerContext, uri: string): Promise<Re
     }).join('\n');
     return { contents: [pagedContent(uri, 'application/x-ndjson', { ...page, text }, length)] };
   }
-  if (p.part === 'step') {
+  if (p.part === 'step' || p.part === 'patch') {
     const status = await freshStatus(ctx, runId);
     const key = p.stepKey!;
     const exists = status.steps.some((s) => s.key === key || s.members?.some((x) => x.key === key));
     if (!exists) throw notFound(uri);
   }
-  const file = p.part === 'step' ? paths.output(p.stepKey!) : paths.runOutput;
-  return { contents: [pagedContent(uri, 'text/plain', readPage(file, offset, length, false), length)] };
+  const file = p.part === 'step' ? paths.output(p.stepKey!) : p.part === 'patch' ? paths.patch(p.stepKey!) : paths.runOutput;
+  return { contents: [pagedContent(uri, p.part === 'patch' ? 'text/x-diff' : 'text/plain', readPage(file, offset, length, false), length)] };
 }
 
 /** At most this many completion values per answer (the protocol's limit); `total` says how many matched. */

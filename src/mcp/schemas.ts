@@ -40,6 +40,9 @@ export const LaunchInput = z.object({
   timeoutMs: z.number().int().min(1).optional().describe('Time limit of the whole run in ms'),
   label: z.string().max(MAX_LABEL_CHARS).optional().describe('A short label shown in listings'),
   model: z.string().min(1).max(128).optional().describe("One of the agent's `models`"),
+  isolation: z.enum(['worktree']).optional()
+    .describe('"worktree": each step (each group member) runs in its own git worktree on a branch subagents/<runId>/<step>, committed when it ends'),
+  baseRef: z.string().min(1).max(256).optional().describe('With isolation: the branch, tag or commit the first step starts from (default: HEAD of the cwd\'s repository)'),
 }).strict();
 
 export const StatusInput = z.object({
@@ -74,17 +77,16 @@ const Fanout = z.object({ used: z.number(), limit: z.number(), remaining: z.numb
 const Capacity = z.object({ active: z.number(), limit: z.number() });
 const TextView = z.object({ text: z.string(), bytes: z.number(), truncated: z.boolean() });
 
-export const LaunchOutput = z.object({
-  runId: z.string(), sessionId: z.string(), state: z.string(), mode: z.string(),
-  steps: z.array(z.object({ index: z.number(), agent: z.string(), state: z.string() })),
-  fanout: Fanout, capacity: Capacity,
-});
+const Changes = z.object({
+  branch: z.string(), commit: z.string(), base: z.string(), files: z.number(), insertions: z.number(), deletions: z.number(),
+}).describe('An isolated step\'s branch and what it changed from its base; the patch is the resource …/steps/{index}/patch');
 
 const StepView = z.object({
   index: z.number(), agent: z.string(), state: z.string(), exitCode: z.number().nullable(), signal: z.string().nullable(),
   startedAt: z.string().nullable(), endedAt: z.string().nullable(), pid: z.number().nullable(), output: TextView,
   stderrTail: z.string().optional(), usage: z.record(z.string(), z.number()).nullable(), costUsd: z.number().nullable(),
   error: ErrorInfo, children: z.array(z.string()),
+  changes: Changes.optional(),
   members: z.array(z.record(z.string(), z.unknown())).optional().describe('A parallel group\'s members, each shaped like a step'),
 });
 
@@ -109,6 +111,24 @@ export const StatusOutput = z.object({
   omitted: z.number().optional().describe('Older runs not listed inline (the newest 200 are); resources/list pages through all'),
   capacity: Capacity.optional(),
   waitedMs: z.number().optional(), changed: z.boolean().optional(),
+  next: z.string().optional().describe('What to do next: wait again with status while the run is active, or where its output is once it ended'),
+});
+
+/** What to call next, in words a model acts on: some clients show the model only structuredContent (docs/clients.md). */
+const Next = z.string().describe('What to do next, e.g. the status call that waits for the run');
+
+/**
+ * launch's answer, and also (for a task-augmented launch, docs/clients.md "MCP Tasks") the task's result, which is the
+ * ended run's status: clients validate a task's result against this schema, so every field of a run's status is
+ * admitted here, optional.
+ */
+export const LaunchOutput = StatusOutput.omit({ runs: true, omitted: true }).extend({
+  runId: z.string(), state: z.string(), mode: z.string(),
+  steps: z.array(z.object({ index: z.number(), agent: z.string(), state: z.string() }))
+    .describe('{ index, agent, state } of each step (in a task\'s result: each step as status shows it)'),
+  fanout: Fanout,
+  capacity: Capacity.optional().describe('Active top-level runs, this one included (absent from a task\'s result)'),
+  next: Next,
 });
 
 export const AppendOutput = z.object({ sessionId: z.string(), runId: z.string(), stepIndex: z.number(), pendingAppends: z.number(), fanout: Fanout });
@@ -124,6 +144,7 @@ export const AgentsOutput = z.object({
     available: z.boolean(), problem: z.string().optional(),
     warnings: z.array(z.string()).optional().describe('What the definition asks for that its backend ignores or cannot do here (e.g. delegate: true on pi or command; a claude agent at full under root); the agent stays launchable'),
     models: z.array(z.string()).optional(),
+    isolation: z.literal('worktree').optional().describe('Each step of this agent runs in its own git worktree and branch'),
   })),
   refused: z.array(z.object({ name: z.string().optional(), path: z.string(), source: z.string(), reason: z.string() })),
   backends: z.array(z.object({

@@ -12,8 +12,15 @@ import { createServer } from './server.js';
 
 /** How often the parent pid is checked: a server whose client vanished must not linger (SPEC §8.9). */
 const PARENT_CHECK_MS = 500;
-/** In-flight launches get this long to record their abandonment before the process exits. */
-const SHUTDOWN_GRACE_MS = 1200;
+/**
+ * Shutdown, docs/clients.md: Claude Code sends SIGINT, SIGTERM 100 ms later and SIGKILL at 500 ms, and never closes
+ * stdin. In-flight launches get up to ABANDON_WAIT_MS to record their abandonment (tens of ms: a status write, a
+ * SIGKILL of a runner that never proceeded, the reservation returned; several times that on a loaded machine); the
+ * lock sections under way then finish; the process exits. An idle server waits for none of it. EXIT_BOUND_MS is the
+ * backstop for a stuck file system, below the host's SIGKILL.
+ */
+const ABANDON_WAIT_MS = 250;
+const EXIT_BOUND_MS = 450;
 
 function log(line: string): void {
   // stderr only: stdout is the protocol stream.
@@ -71,11 +78,16 @@ export async function serve(flags: Record<string, string | string[] | undefined>
     if (stopping) return;
     stopping = true;
     log(`shutting down (${why}); runs keep running`);
-    shutdownController.abort();
     // Launches not yet told to proceed record their failure; runs already started are left alone.
-    setTimeout(() => process.exit(0), SHUTDOWN_GRACE_MS).unref();
-    // Then no new lock is taken and those under way finish: exiting mid-acquisition would strand a lock (store/lock.ts).
-    void handle.close().finally(() => setTimeout(() => void import('../store/lock.js').then((m) => m.settleLocks()).finally(() => process.exit(0)), 300).unref());
+    shutdownController.abort();
+    // The spawner thread goes now, beside the rest: torn down by the exit instead, it cost tens of ms.
+    const spawner = import('../process/spawn-detached.js').then((m) => m.stopSpawner());
+    setTimeout(() => process.exit(0), EXIT_BOUND_MS).unref();
+    // No lock section is cut in half by the exit (one cut mid-acquisition would strand its lock: store/lock.ts).
+    void handle.stop(ABANDON_WAIT_MS)
+      .then(() => import('../store/lock.js')).then((m) => m.settleLocks())
+      .then(() => spawner)
+      .finally(() => process.exit(0));
   };
   process.stdin.on('end', () => shutdown('stdin closed'));
   process.stdin.on('close', () => shutdown('stdin closed'));

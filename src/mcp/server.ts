@@ -1,7 +1,8 @@
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import {
-  CallToolRequestSchema, CompleteRequestSchema, ListResourcesRequestSchema, ListResourceTemplatesRequestSchema,
-  ListToolsRequestSchema, ReadResourceRequestSchema, SubscribeRequestSchema, UnsubscribeRequestSchema,
+  CallToolRequestSchema, CancelTaskRequestSchema, CompleteRequestSchema, GetTaskPayloadRequestSchema, GetTaskRequestSchema,
+  ListResourcesRequestSchema, ListResourceTemplatesRequestSchema, ListTasksRequestSchema, ListToolsRequestSchema,
+  ReadResourceRequestSchema, SubscribeRequestSchema, UnsubscribeRequestSchema, type CallToolResult, type CreateTaskResult,
 } from '@modelcontextprotocol/sdk/types.js';
 import type { Core, CoreOptions } from './core.js';
 import { readToolList } from './tool-list.js';
@@ -23,6 +24,11 @@ export interface ServerHandle {
   /** The core (context, handlers, watcher, sweeper), loaded once. */
   core: () => Promise<Core>;
   close: () => Promise<void>;
+  /**
+   * For shutdown: stops the core's watcher and sweeper, then waits (at most `maxWaitMs`) for the tool calls under way
+   * to answer: aborted launches record their abandonment meanwhile. The transport stays open for their answers.
+   */
+  stop: (maxWaitMs: number) => Promise<void>;
 }
 
 /**
@@ -42,6 +48,8 @@ export function createServer(o: Omit<CoreOptions, 'server'> & {
       resources: { subscribe: true, listChanged: true },
       logging: {},
       completions: {},
+      // MCP Tasks for a task-augmented launch (docs/clients.md): handled over runs in ./tasks.ts, not by an SDK task store.
+      tasks: { list: {}, cancel: {}, requests: { tools: { call: {} } } },
     },
     instructions: INSTRUCTIONS,
     // The SDK validates JSON Schemas only for answers to elicitation requests, which this server never sends. Its
@@ -69,7 +77,19 @@ export function createServer(o: Omit<CoreOptions, 'server'> & {
   server.setRequestHandler(ListToolsRequestSchema, async () => ({
     tools: readToolList() ?? (await import('./tools/all.js')).renderToolList(),
   }));
-  server.setRequestHandler(CallToolRequestSchema, async (req, extra) => (await core()).callTool(req.params.name, req.params.arguments ?? {}, extra));
+  const calls = new Set<Promise<unknown>>();
+  server.setRequestHandler(CallToolRequestSchema, async (req, extra) => {
+    const args = req.params.arguments ?? {};
+    const call = core().then((c): Promise<CallToolResult | CreateTaskResult> =>
+      (req.params.task ? c.createTask(req.params.name, args, extra) : c.callTool(req.params.name, args, extra)));
+    calls.add(call);
+    void call.catch(() => {}).finally(() => calls.delete(call));
+    return call;
+  });
+  server.setRequestHandler(GetTaskRequestSchema, async (req) => (await core()).getTask(req.params.taskId));
+  server.setRequestHandler(GetTaskPayloadRequestSchema, async (req, extra) => (await core()).taskResult(req.params.taskId, extra));
+  server.setRequestHandler(ListTasksRequestSchema, async (req) => (await core()).listTasks(req.params?.cursor));
+  server.setRequestHandler(CancelTaskRequestSchema, async (req) => (await core()).cancelTask(req.params.taskId));
   server.setRequestHandler(ListResourcesRequestSchema, async (req) => (await core()).listResources(req.params?.cursor));
   server.setRequestHandler(ListResourceTemplatesRequestSchema, async () => ({ resourceTemplates: (await core()).resourceTemplates }));
   server.setRequestHandler(ReadResourceRequestSchema, async (req) => (await core()).readResource(req.params.uri));
@@ -85,5 +105,13 @@ export function createServer(o: Omit<CoreOptions, 'server'> & {
     server,
     core,
     close: async () => { closed = true; loaded?.stop(); await server.close().catch(() => {}); },
+    stop: async (maxWaitMs) => {
+      closed = true;
+      loaded?.stop();
+      if (calls.size === 0) return;
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([Promise.allSettled([...calls]), new Promise((r) => { timer = setTimeout(r, maxWaitMs); })]);
+      clearTimeout(timer);
+    },
   };
 }

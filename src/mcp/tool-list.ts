@@ -8,6 +8,7 @@ export interface ListedTool {
   title: string;
   description: string;
   annotations: Record<string, unknown>;
+  execution?: { taskSupport: 'optional' };
   inputSchema: { type: 'object' } & Record<string, unknown>;
   outputSchema: { type: 'object' } & Record<string, unknown>;
 }

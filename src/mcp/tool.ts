@@ -23,19 +23,54 @@ export interface ToolDefinition {
   title: string;
   description: string;
   annotations: ToolAnnotations;
+  /** Set for a tool a client may call as an MCP task (only launch: ./tasks.ts). */
+  execution?: { taskSupport: 'optional' };
   input: z.ZodType;
   output: z.ZodType;
   handler: (args: unknown, extra: ToolExtra, env: ToolEnv) => Promise<CallToolResult>;
 }
 
-/** Sends a progress notification when the request carried a progress token; never fails the call. */
-export function progress(extra: ToolExtra, progressValue: number, message: string, total?: number): void {
+/** Before the first progress note: a call that answers sooner sends none. */
+export const FIRST_NOTE_AFTER_MS = 1000;
+/** Between progress notes while a call keeps waiting. */
+export const NOTE_EVERY_MS = 5000;
+/**
+ * The least time between a progress note and the call's response. The SDK's client handles a response at once and a
+ * notification a microtask later, so a note read in the same chunk as its response finds its token gone ("Received a
+ * progress notification for an unknown token", which Claude Code logs as a connection error): a response never
+ * follows a note this closely.
+ */
+export const QUIET_BEFORE_RESPONSE_MS = 200;
+
+/**
+ * Runs `work`, sending progress notes only while it actually waits (the request must carry a progress token): the
+ * first after FIRST_NOTE_AFTER_MS, then every NOTE_EVERY_MS, `progress` being the seconds waited. None once `work`
+ * settled, and the response is held back until the last note is flushed and QUIET_BEFORE_RESPONSE_MS old.
+ */
+export async function whileWaiting<T>(extra: ToolExtra, message: () => string, work: () => Promise<T>): Promise<T> {
   const token = extra._meta?.progressToken;
-  if (token === undefined) return;
-  void extra.sendNotification({
-    method: 'notifications/progress',
-    params: { progressToken: token, progress: progressValue, ...(total !== undefined ? { total } : {}), message },
-  }).catch(() => {});
+  if (token === undefined) return work();
+  const started = performance.now();
+  let lastNoteAt = -Infinity;
+  let sending: Promise<unknown> = Promise.resolve();
+  let done = false;
+  const note = () => {
+    if (done) return;
+    lastNoteAt = performance.now();
+    const seconds = Math.round((lastNoteAt - started) / 1000);
+    sending = extra.sendNotification({ method: 'notifications/progress', params: { progressToken: token, progress: seconds, message: message() } }).catch(() => {});
+    timer = setTimeout(note, NOTE_EVERY_MS);
+  };
+  let timer = setTimeout(note, FIRST_NOTE_AFTER_MS);
+  try {
+    return await work();
+  } finally {
+    done = true;
+    clearTimeout(timer);
+    await sending;
+    const quietMs = QUIET_BEFORE_RESPONSE_MS - (performance.now() - lastNoteAt);
+    if (quietMs > 0) await new Promise((r) => setTimeout(r, quietMs));
+  }
 }
 
 /** Aborts when either the client cancels the request or the server shuts down. */

@@ -26,6 +26,8 @@ export interface AgentRunInput {
   signal: AbortSignal;
   onStarted: (agent: ProcessIdentity) => void;
   delegateServer?: { command: string; args: string[]; env: Record<string, string> };
+  /** Where the agent starts, when not the run's cwd (an isolated step's place in its worktree). */
+  cwd?: string;
   /** Runners of nested runs this agent launched: not stopped with the agent's process tree (their runs end them). */
   spare?: (p: ProcessInfo) => boolean;
 }
@@ -100,7 +102,7 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
   let child;
   try {
     child = spawn(inv.argv[0]!, inv.argv.slice(1), {
-      cwd: record.cwd,
+      cwd: input.cwd ?? record.cwd,
       env,
       stdio: [inv.taskVia === 'stdin' ? 'pipe' : 'ignore', channel?.agentEnd ?? 'pipe', 'pipe'],
       // Same process group as the runner (not detached): cancelling the run's group reaches every agent.

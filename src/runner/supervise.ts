@@ -25,6 +25,7 @@ import { readTail, runAgentProcess } from './agent-process.js';
 import { claimAgentSlot, releaseAgentSlot, releaseRunSlotsLocked, setAgentSlotProcess } from './agent-slots.js';
 import { boundedStepText, writeJoinedOutput } from './joined-output.js';
 import { newStepStatus } from './step-status.js';
+import { StepWorktrees, type StepWorktree } from './step-worktrees.js';
 import { installStatusWriteFault } from './test-write-fault.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -122,6 +123,7 @@ class Executor {
   private readonly abort = new AbortController();
   private stopReason: StopReason | null = null;
   private readonly runId: string;
+  private readonly worktrees: StepWorktrees;
 
   constructor(
     private readonly record: RunRecord,
@@ -133,6 +135,7 @@ class Executor {
   ) {
     this.specs = [...record.steps];
     this.runId = record.runId;
+    this.worktrees = new StepWorktrees(record, layout, paths);
   }
 
   async run(): Promise<number> {
@@ -208,6 +211,9 @@ class Executor {
     }
     if (!this.ledgerReleased) await this.releaseLedger();
     this.store.event(this.runId, { type: 'ended', state: this.status.state });
+    // Worktrees still there (a stopped step leaves its own) go after the end is published: deleting thousands of
+    // files must not hold up a cancel's answer. The branches stay.
+    await this.worktrees.removeAll();
     // Servers write into a live run's directory too (a cancel request, an append), and one killed mid-write leaves its
     // temp file; nobody else looks at the directory of a run that ended normally. Only writers proven gone.
     removeStaleTemps(this.paths.dir, null);
@@ -255,7 +261,10 @@ class Executor {
     const st = this.status.steps[i]!;
     // Only a chain step after the first has a previous step; elsewhere `{previous}` is left as the caller wrote it.
     // Bounded (a group's joined output can be many times the cap): head and tail, with the counts and the full file.
-    const prev = this.record.mode === 'chain' && i > 0 ? once(() => boundedStepText(previous.file, this.record.maxOutputBytes)) : null;
+    // After an isolated step it also carries a summary of that step's changes (branch, counts, files).
+    const prev = this.record.mode === 'chain' && i > 0
+      ? once(() => boundedStepText(previous.file, this.record.maxOutputBytes) + this.worktrees.summary(this.status.steps[i - 1]))
+      : null;
     if (spec.kind === 'agent') return this.runAgent(st, spec, substitute(spec.task, prev), this.abort.signal);
     return this.runGroup(st, spec, prev);
   }
@@ -323,6 +332,14 @@ class Executor {
     st.state = 'running';
     st.startedAt = new Date().toISOString();
     this.store.event(this.runId, { type: 'step-started', step: st.key, agent: spec.agent.name });
+    let worktree: StepWorktree | null = null;
+    if (this.worktrees.isIsolated(spec)) {
+      try {
+        worktree = await this.worktrees.prepare(st, signal);
+      } catch (e) {
+        return this.endUnstartable(st, slotKey, signal.aborted ? null : `step ${st.key}: its git worktree could not be made (${(e as Error).message.slice(0, 300)})`);
+      }
+    }
     const budget = this.mintBudget(st.key);
     const adapter = adapterFor(spec.agent.backend)!;
     const env = buildAgentEnv({
@@ -352,6 +369,7 @@ class Executor {
         env,
         timeoutMs,
         signal,
+        ...(worktree ? { cwd: worktree.cwd } : {}),
         delegateServer: spec.agent.delegate ? delegateServerFor(env) : undefined,
         spare: (p) => this.isNestedRunner(st.key, p),
         onStarted: (agent) => {
@@ -379,7 +397,7 @@ class Executor {
     }
     if (result.parsed?.usage) st.usage = result.parsed.usage as Record<string, number>;
     if (result.parsed?.costUsd !== undefined) st.costUsd = result.parsed.costUsd;
-    const ok = result.spawnError === null && result.stoppedFor === null && result.exitCode === 0 && !(result.parsed?.isError ?? false)
+    let ok = result.spawnError === null && result.stoppedFor === null && result.exitCode === 0 && !(result.parsed?.isError ?? false)
       && result.outputWriteError === null;
     // Messages are built from codes, names and numbers only: they are shown in listings. What the agent said (its
     // CLI's error text, its stderr's last line) goes in `detail`, shown only by the run's full status.
@@ -401,6 +419,14 @@ class Executor {
               ? withDetail({ code: 'STEP_FAILED', message: `agent ${spec.agent.name} reported an error (exited with ${exited})` },
                 `${(result.parsed.errorMessage ?? 'unknown').slice(0, 300)}${result.parsed.reasonUnknown ? this.stderrWhy(st.key) : ''}`)
               : withDetail({ code: 'STEP_FAILED', message: `agent ${spec.agent.name} exited with ${exited}` }, this.stderrWhy(st.key).replace(/^; /, ''));
+    }
+    // Whatever way the agent ended, its work is committed to the step's branch (a failed or stopped step's too).
+    // A stopped step's worktree is left for the run's end, after its state is published (see run()).
+    const uncommitted = worktree ? await this.worktrees.finish(st, worktree, { removeNow: !signal.aborted }) : null;
+    if (uncommitted !== null && ok) {
+      ok = false;
+      st.state = 'failed';
+      st.error = { code: 'STEP_FAILED', message: `step ${st.key}: ${uncommitted}` };
     }
     await this.write();
     this.store.event(this.runId, { type: 'step-ended', step: st.key, state: st.state, exitCode: st.exitCode, signal: st.signal });
@@ -516,6 +542,22 @@ class Executor {
     const find = () => findRunProcesses({ pgids: [this.me.pid], token: this.record.runToken, since: this.me.startTime, exclude: [process.pid] });
     const r = await terminateProcesses(find, this.record.killGraceMs);
     if (r.survivors.length) this.status.survivors = r.survivors.map((p) => ({ pid: p.pid, startTime: p.startTime }));
+  }
+
+  /**
+   * A step whose agent could not be started because its worktree could not be made: failed with `message`, or,
+   * when the run or group was being stopped meanwhile (`message` null), cancelled like a stopped agent. Its slot goes back.
+   */
+  private async endUnstartable(st: StepStatus, slotKey: string, message: string | null): Promise<StepOutcome> {
+    if (this.record.mode !== 'single') await releaseAgentSlot(this.layout, slotKey).catch(() => {});
+    st.state = message === null ? 'cancelled' : 'failed';
+    st.endedAt = new Date().toISOString();
+    st.error = message === null
+      ? { code: this.stopReason === 'TIMEOUT' ? 'TIMEOUT' : this.stopReason ?? 'CANCELLED', message: `step ${st.key} was stopped` }
+      : { code: 'STEP_FAILED', message };
+    await this.write();
+    this.store.event(this.runId, { type: 'step-ended', step: st.key, state: st.state, exitCode: null, signal: null });
+    return { ok: false, ran: true, text: NO_TEXT, error: st.error };
   }
 
   /** Moves accepted appends into the step list (caller holds the run lock). */

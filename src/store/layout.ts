@@ -59,6 +59,8 @@ export class RunPaths {
   /** The CLI's raw stdout when an adapter parses it. */
   rawOutput(stepKey: string): string { return path.join(this.outDir, `${stepKey}.raw`); }
   stderr(stepKey: string): string { return path.join(this.outDir, `${stepKey}.err`); }
+  /** An isolated step's changes as a patch (from its base to its commit). */
+  patch(stepKey: string): string { return path.join(this.outDir, `${stepKey}.patch`); }
   systemPrompt(stepKey: string): string { return path.join(this.dir, 'prompts', `${stepKey}.system.md`); }
   taskFile(stepKey: string): string { return path.join(this.dir, 'prompts', `${stepKey}.task.md`); }
   get promptsDir(): string { return path.join(this.dir, 'prompts'); }

@@ -58,6 +58,38 @@ export interface RunRecord {
   /** The server that launched it (a reservation of a dead launcher is reclaimed). */
   server: ProcessIdentity;
   steps: StepSpec[];
+  /** Worktree isolation, resolved at launch (docs/agents.md, "Worktree isolation"); absent when no static step asked for it. */
+  isolation?: RunIsolation | null;
+}
+
+/** What a launch froze for isolated steps: the repository, the base commit and how the cwd maps into a worktree. */
+export interface RunIsolation {
+  /** `all`: the launch asked for it (every step); `agents`: only steps whose agent file says `isolation: worktree`. */
+  scope: 'all' | 'agents';
+  /** Absolute path of the git executable. */
+  git: string;
+  /** The repository's top level. */
+  repo: string;
+  /** The repository's shared git directory (keys the per-repository lock). */
+  commonDir: string;
+  /** The cwd relative to the top level: the agent starts at the same place inside its worktree. */
+  cwdRel: string;
+  /** What the caller named (`baseRef`), or null for HEAD. */
+  baseRef: string | null;
+  /** The commit it named at launch: the first isolated step's base. */
+  baseCommit: string;
+}
+
+/** An isolated step's result: its branch and what it changed from its base (`status` shows it as `changes`). */
+export interface StepChanges {
+  branch: string;
+  commit: string;
+  base: string;
+  files: number;
+  insertions: number;
+  deletions: number;
+  /** The repository the branch is in (not shown: `gc --branches` needs it). */
+  repo: string;
 }
 
 export interface StepError {
@@ -89,6 +121,8 @@ export interface StepStatus {
   /** Set for appended steps: the append sequence number. */
   appendSeq: number | null;
   members?: StepStatus[];
+  /** Isolated steps only: set when the step's worktree was committed. */
+  changes?: StepChanges | null;
 }
 
 /** `status.json`: the runner is its single writer while it lives; others write it only under the run lock, with CAS on terminal states. */

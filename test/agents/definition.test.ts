@@ -252,3 +252,17 @@ describe('parseAgentFile: untrusted files', () => {
     expect(untrustedViolation({ backend: 'claude', env: [], permissions: 'full' })).toMatch(/permissions/);
   });
 });
+
+describe('parseAgentFile: isolation', () => {
+  it('reads isolation: worktree; none or absent leaves the agent unisolated', () => {
+    expect(ok(file('name: a\ndescription: d\nisolation: worktree')).isolation).toBe('worktree');
+    expect(ok(file('name: a\ndescription: d\nisolation: none')).isolation).toBeUndefined();
+    expect(ok(file('name: a\ndescription: d')).isolation).toBeUndefined();
+  });
+  it('refuses another value, naming the key', () => {
+    expect(refused(file('name: a\ndescription: d\nisolation: container'))).toMatch(/^isolation: must be worktree or none/);
+  });
+  it('is allowed in an untrusted project (it only narrows where the agent writes)', () => {
+    expect(ok(file('name: a\ndescription: d\nisolation: worktree'), untrusted).isolation).toBe('worktree');
+  });
+});

@@ -16,7 +16,7 @@
  * Cold cache: the install runs first (top-level await; ≈ 1.3 GB, about a minute here). A CLI whose package cannot
  * be installed is skipped with the reason printed; the rest still run.
  */
-import { spawn, spawnSync } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { chmodSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
@@ -26,6 +26,7 @@ import { claudeRefusesAsRoot } from '../../src/agents/adapters/claude.js';
 import { adapterFor } from '../../src/agents/adapters/index.js';
 import type { Backend, FrozenAgent, Invocation, InvocationContext } from '../../src/agents/types.js';
 import { type CliName, cliCacheDir, installClis } from '../helpers/install-clis.js';
+import { networkNamespacePrefix } from '../helpers/netns.js';
 import { privateTestDir } from '../helpers/private-dir.js';
 
 /** A run that has not ended by then is stopped; opencode and codex wait for a network forever. */
@@ -53,15 +54,7 @@ for (const cli of Object.values(installs)) {
  * Wraps argv in a fresh network namespace when this machine allows one (root, or unprivileged user namespaces), with
  * only loopback up: opencode talks to its own in-process server over it and stalls without it.
  */
-const NO_NETWORK_PREFIX = ((): string[] => {
-  const upLo = ['sh', '-c', 'ip link set lo up 2>/dev/null || /sbin/ip link set lo up; exec "$@"', 'sh'];
-  for (const unshare of [['unshare', '-n', '--'], ['unshare', '-rn', '--']]) {
-    const prefix = [...unshare, ...upLo];
-    if (spawnSync(prefix[0]!, [...prefix.slice(1), 'true'], { stdio: 'ignore', timeout: 10_000 }).status === 0) return prefix;
-  }
-  process.stderr.write('[real-cli] no network namespace available: relying on the machine having no route out\n');
-  return [];
-})();
+const NO_NETWORK_PREFIX = networkNamespacePrefix('real-cli');
 
 const runsDir = privateTestDir('subagents-real-cli-runs');
 afterAll(() => rmSync(runsDir, { recursive: true, force: true }));

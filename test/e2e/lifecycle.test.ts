@@ -190,7 +190,7 @@ describe('processes dying around a run', () => {
     let spawned!: () => void;
     const spawnedP = new Promise<void>((r) => { spawned = r; });
     const launch = s.call('launch', { agent: 'sleeper', task: 'never starts' }, {
-      onprogress: (p) => { if ((p as { message?: string }).message === 'launch: spawn') spawned(); },
+      onprogress: (p) => { if ((p as { message?: string }).message?.startsWith('launch: spawn')) spawned(); },
     }).catch((e: unknown) => e);
     await spawnedP;
     // The runner exists (it hangs before ready); then the client goes away.

@@ -34,40 +34,53 @@ describe('a single run end to end', () => {
     expect(fin.steps[0].pid).toBeGreaterThan(0);
   });
 
-  it('sends progress notifications during launch (the handshake) and during a status long-poll when given a progress token', async () => {
-    writeAgent(path.join(t.home, 'agents'), 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '1500'] });
-    // Read off the wire (see Started.received): what the server sent before each answer, in order.
-    const progressBefore = (from: number) => {
-      const msgs = s.received().slice(from);
-      const answer = msgs.findIndex((m) => 'result' in m);
-      expect(answer).toBeGreaterThanOrEqual(0);
-      return msgs.slice(0, answer).flatMap((m) => ('method' in m && m.method === 'notifications/progress'
-        ? [m.params as { progress: number; total?: number; message?: string }] : []));
-    };
-    const mark = s.received().length;
+  it('sends progress notes only while a call waits, never just before its answer, and none when it answers at once', async () => {
+    writeAgent(path.join(t.home, 'agents'), 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '2500'] });
+    // Read off the wire (see Started.received): what the server sent before each answer, in order, with when it arrived.
+    const arrivals: Array<{ at: number; m: unknown }> = [];
+    const deliver = s.transport.onmessage;
+    s.transport.onmessage = (m, extra) => { arrivals.push({ at: performance.now(), m }); deliver?.(m, extra); };
+    const progressOf = (from: number) => arrivals.slice(from).filter((a) => {
+      const m = a.m as { method?: string };
+      return m.method === 'notifications/progress';
+    });
+    const answerOf = (from: number) => arrivals.slice(from).find((a) => 'result' in (a.m as object))!;
+
+    // A launch answers within the handshake: no note at all (the old "started" note came with the answer).
+    let mark = arrivals.length;
     const r = await s.call('launch', { agent: 'sleeper', task: 'take a moment' }, { onprogress: () => {} });
     expect(r.isError, textOf(r)).toBeFalsy();
-    const launchProgress = progressBefore(mark);
-    expect(launchProgress.map((p) => p.message)).toEqual(['launch: spawn', 'launch: ready', 'launch: started']);
-    expect(launchProgress.map((p) => p.progress)).toEqual([1, 2, 3]);
-    expect(launchProgress.every((p) => p.total === 3)).toBe(true);
-
+    expect(progressOf(mark)).toEqual([]);
     const runId = sc(r).runId as string;
-    const waitMark = s.received().length;
+    expect(sc(r).next).toContain(`status { runId: "${runId}", waitMs: 30000`);
+
+    // A status that answers at once (no waitMs, or a change already there): no note.
+    mark = arrivals.length;
+    const now = await s.call('status', { runId }, { onprogress: () => {} });
+    expect(sc(now).next).toMatch(/^Still running: call status/);
+    expect(progressOf(mark)).toEqual([]);
+
+    // A long-poll that waits: notes while it waits (seconds waited, increasing), the last one well before the answer.
+    mark = arrivals.length;
     const w = await s.call('status', { runId, waitMs: 30_000, until: 'terminal' }, { onprogress: () => {} });
-    const waitProgress = progressBefore(waitMark);
+    const notes = progressOf(mark);
+    const answer = answerOf(mark);
     const v = sc(w);
     expect(v.state).toBe('completed');
+    expect(v.next).toBe('Ended completed: the run\'s output is output.text.');
     expect(v.changed).toBe(true);
-    expect(typeof v.waitedMs).toBe('number');
-    expect(waitProgress.length).toBeGreaterThanOrEqual(1);
-    expect(waitProgress[0]!.message).toBe(`waiting on ${runId}`);
-    // Progress only ever increases.
-    expect(waitProgress.map((p) => p.progress)).toEqual([...waitProgress.map((p) => p.progress)].sort((a, b) => a - b));
+    expect(notes.length).toBeGreaterThanOrEqual(1);
+    const params = notes.map((n) => (n.m as { params: { progress: number; message: string } }).params);
+    expect(params[0]!.message).toBe(`waiting on ${runId}`);
+    expect(params.map((p) => p.progress)).toEqual([...params.map((p) => p.progress)].sort((a, b) => a - b));
+    // Never in the same read as the answer: the answer follows the last note by the quiet gap (a bound, not a speed).
+    expect(answer.at - notes.at(-1)!.at).toBeGreaterThan(1);
 
-    // A finished run answers a long-poll at once, reporting that nothing changed while waiting.
-    const again = sc(await s.call('status', { runId, waitMs: 30_000 }));
+    // A finished run answers a long-poll at once, reporting that nothing changed while waiting, and sends no note.
+    mark = arrivals.length;
+    const again = sc(await s.call('status', { runId, waitMs: 30_000 }, { onprogress: () => {} }));
     expect(again).toMatchObject({ state: 'completed', changed: false, waitedMs: 0 });
+    expect(progressOf(mark)).toEqual([]);
   });
 
   it('answers INVALID_INPUT for malformed arguments and keeps serving', async () => {

@@ -1,6 +1,6 @@
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport, getDefaultEnvironment } from '@modelcontextprotocol/sdk/client/stdio.js';
-import type { CallToolResult, JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
+import type { CallToolResult, ClientCapabilities, JSONRPCMessage } from '@modelcontextprotocol/sdk/types.js';
 import { MAIN_JS } from './paths.js';
 
 export interface Started {
@@ -23,7 +23,7 @@ export interface Started {
  * Starts the built server as a real child process and connects the SDK client over stdio, with exactly the
  * environment given (plus the SDK's minimal defaults).
  */
-export async function startServer(env: Record<string, string>, o: { args?: string[]; cwd?: string; name?: string; umask?: string } = {}): Promise<Started> {
+export async function startServer(env: Record<string, string>, o: { args?: string[]; cwd?: string; name?: string; umask?: string; capabilities?: ClientCapabilities } = {}): Promise<Started> {
   const argv = [MAIN_JS, 'serve', ...(o.args ?? [])];
   // With `umask` (octal, e.g. '027'), a shell sets it and execs the server in its place (same pid): the umask the user
   // started it with, which the server must hand on to its agents.
@@ -37,7 +37,7 @@ export async function startServer(env: Record<string, string>, o: { args?: strin
   });
   let err = '';
   transport.stderr?.on('data', (c: Buffer) => { err += c.toString(); });
-  const client = new Client({ name: o.name ?? 'test-client', version: '1.0.0' }, { capabilities: {} });
+  const client = new Client({ name: o.name ?? 'test-client', version: '1.0.0' }, { capabilities: o.capabilities ?? {} });
   await client.connect(transport);
   const received: JSONRPCMessage[] = [];
   const deliver = transport.onmessage;

@@ -41,6 +41,33 @@ describe('MCP Inspector CLI', () => {
     expect(names).toEqual(['agents', 'append', 'cancel', 'dismiss', 'launch', 'restore', 'status']);
   });
 
+  it('from mcp.json with --strict: no error-severity problem, and none at all in an input schema', async () => {
+    const r = await inspector(['--config', 'mcp.json', '--server', 'subagents', '--method', 'tools/list', '--strict', '--format', 'json', '-q'], env);
+    expect(r.code, r.stderr).toBe(0); // 6 on an error-severity problem
+    expect(r.stderr).not.toMatch(/^Error/m);
+    // What models are given is the input schemas: flat, portable. (The output schemas' nullable fields are warned about.)
+    expect(r.stderr).not.toMatch(/Path: inputSchema/);
+    const tools = (JSON.parse(r.stdout) as { result: { tools: Array<{ name: string; execution?: unknown }> } }).result.tools;
+    expect(tools.find((x) => x.name === 'launch')!.execution).toEqual({ taskSupport: 'optional' });
+  });
+
+  it('from mcp.json: launch, then status waits for the end; structuredContent says what to do next', async () => {
+    // Each Inspector call is a new server process: one session id makes the run visible to the second.
+    const session = { ...env, SUBAGENTS_SESSION_ID: 'inspector-session-000001' };
+    const call = async (tool: string, args: Record<string, unknown>) => {
+      const r = await inspector(['--config', 'mcp.json', '--server', 'subagents', '--method', 'tools/call', '--tool-name', tool,
+        '--tool-args-json', JSON.stringify(args), '--format', 'json', '-q'], session);
+      expect(r.code, r.stdout + r.stderr).toBe(0);
+      return (JSON.parse(r.stdout) as { result: { structuredContent: Record<string, any> } }).result.structuredContent;
+    };
+    const launched = await call('launch', { agent: 'echo', task: 'through the inspector' });
+    expect(launched.next).toContain(`status { runId: "${launched.runId}"`);
+    let v = await call('status', { runId: launched.runId, waitMs: 20_000, until: 'terminal' });
+    while (v.state === 'starting' || v.state === 'running') v = await call('status', { runId: launched.runId, waitMs: 20_000, until: 'terminal' });
+    expect(v).toMatchObject({ state: 'completed', output: { text: 'through the inspector' } });
+    expect(v.next).toBe('Ended completed: the run\'s output is output.text.');
+  });
+
   it('a tool call answers 0 on success and 5 on a refusal (isError)', async () => {
     const [ok, bad] = await Promise.all([
       inspector(['node', MAIN_JS, '--method', 'tools/call', '--tool-name', 'agents', '--format', 'json', '-q'], env),

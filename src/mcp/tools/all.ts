@@ -16,6 +16,7 @@ export const TOOLS: ToolDefinition[] = [launchTool, statusTool, appendTool, rest
 export function renderToolList(tools: ToolDefinition[] = TOOLS): ListedTool[] {
   return tools.map((t) => ({
     name: t.name, title: t.title, description: t.description, annotations: { ...t.annotations },
+    ...(t.execution ? { execution: { ...t.execution } } : {}),
     inputSchema: toJsonSchema(t.input) as ListedTool['inputSchema'], outputSchema: toJsonSchema(t.output) as ListedTool['outputSchema'],
   }));
 }

@@ -1,7 +1,7 @@
 import { cancelRun } from '../../manager/cancel.js';
 import { invalid, parseInput, refusal, success } from '../results.js';
 import { CancelInput, CancelOutput } from '../schemas.js';
-import { progress, type ToolDefinition } from '../tool.js';
+import { whileWaiting, type ToolDefinition } from '../tool.js';
 
 export const cancelTool: ToolDefinition = {
   name: 'cancel',
@@ -14,7 +14,8 @@ export const cancelTool: ToolDefinition = {
     try {
       const a = parseInput(CancelInput, args);
       if (a.runId === undefined) throw invalid('runId is required.');
-      const r = await cancelRun(env.ctx, a.runId, (ms) => progress(extra, Math.round(ms), 'stopping the run\'s processes'));
+      const runId = a.runId;
+      const r = await whileWaiting(extra, () => `stopping the processes of ${runId}`, () => cancelRun(env.ctx, runId));
       return success({ sessionId: env.ctx.sessionId, ...r });
     } catch (e) {
       return refusal(e, env.ctx.log);

@@ -1,7 +1,7 @@
 import { launch, DEFAULT_CONCURRENCY, type ChainEntryInput, type LaunchInput as ManagerLaunchInput } from '../../manager/launch.js';
 import { invalid, parseInput, refusal, success } from '../results.js';
 import { LaunchInput, LaunchOutput, MAX_TASK_BYTES } from '../schemas.js';
-import { combinedSignal, progress, type ToolDefinition } from '../tool.js';
+import { combinedSignal, whileWaiting, type ToolDefinition } from '../tool.js';
 import type * as z from 'zod';
 
 type ChainEntry = NonNullable<z.output<typeof LaunchInput>['chain']>[number];
@@ -26,7 +26,7 @@ export function chainEntry(e: ChainEntry, where: string): ChainEntryInput {
 
 /** Which of the three launch shapes the arguments are; anything else is INVALID_INPUT. */
 export function toLaunch(a: z.output<typeof LaunchInput>): ManagerLaunchInput {
-  const common = { cwd: a.cwd, timeoutMs: a.timeoutMs, label: a.label, model: a.model };
+  const common = { cwd: a.cwd, timeoutMs: a.timeoutMs, label: a.label, model: a.model, isolation: a.isolation, baseRef: a.baseRef };
   const shapes = [a.agent !== undefined || a.task !== undefined, a.tasks !== undefined, a.chain !== undefined].filter(Boolean).length;
   if (shapes !== 1) throw invalid('give exactly one of: agent + task (single), tasks (parallel), or chain. See the tool description for the shapes.');
   if (a.chain !== undefined || a.agent !== undefined) {
@@ -44,6 +44,11 @@ export function toLaunch(a: z.output<typeof LaunchInput>): ManagerLaunchInput {
   return { ...common, mode: 'chain', chain: a.chain!.map((e, i) => chainEntry(e, `chain.${i}`)) };
 }
 
+/** The `next` of a launch: models that see only structuredContent learn from it how to wait (docs/clients.md). */
+export function launchNext(runId: string): string {
+  return `Wait for it with status { runId: "${runId}", waitMs: 30000, until: "terminal" }; repeat while the state is not completed, failed or cancelled, then read output.text.`;
+}
+
 export const launchTool: ToolDefinition = {
   name: 'launch',
   title: 'Launch a subagent run',
@@ -51,22 +56,24 @@ export const launchTool: ToolDefinition = {
     'Start a background run of one or more subagents and get its runId at once (the run lives on after this call, the server and the client).',
     'Shapes: single { agent, task }; parallel { tasks: [{ agent, task }, …], concurrency?, failFast? };',
     'chain { chain: [ { agent, task } | { parallel: [...] }, … ] } where "{previous}" in a task is replaced by the previous step\'s output.',
+    'isolation: "worktree" runs each step in its own git worktree and branch (baseRef: the commit to start from; default HEAD).',
     'Then wait with status { runId, waitMs: 30000 } (repeat until the state is completed, failed or cancelled) and read the output there.',
     'Call agents first to see which agents exist.',
   ].join(' '),
   annotations: { title: 'Launch a subagent run', readOnlyHint: false, destructiveHint: false, idempotentHint: false, openWorldHint: true },
+  // A task-augmented call is the run as an MCP task (../tasks.ts); a plain call still answers at once.
+  execution: { taskSupport: 'optional' },
   input: LaunchInput,
   output: LaunchOutput,
   async handler(args, extra, env) {
     try {
       const input = toLaunch(parseInput(LaunchInput, args));
-      let n = 0;
-      const r = await launch(env.ctx, input, {
-        signal: combinedSignal(extra.signal, env.shutdown),
-        onProgress: (phase) => progress(extra, ++n, `launch: ${phase}`, 3),
-      });
+      let phase = 'reserve';
+      const r = await whileWaiting(extra, () => `launch: ${phase}: waiting for the run's runner`,
+        () => launch(env.ctx, input, { signal: combinedSignal(extra.signal, env.shutdown), onProgress: (p) => { phase = p; } }));
       env.onListChanged();
-      return success({ ...r }, `Launched ${r.runId} (${r.mode}, ${r.state}). Wait for it with status { runId: "${r.runId}", waitMs: 30000 }.\n${JSON.stringify(r, null, 2)}`);
+      const v = { ...r, next: launchNext(r.runId) };
+      return success(v, `Launched ${r.runId} (${r.mode}, ${r.state}). ${v.next}\n${JSON.stringify(v, null, 2)}`);
     } catch (e) {
       return refusal(e, env.ctx.log);
     }

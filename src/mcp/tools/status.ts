@@ -1,7 +1,20 @@
 import { getStatus } from '../../manager/run-status.js';
 import { parseInput, refusal, success } from '../results.js';
 import { StatusInput, StatusOutput } from '../schemas.js';
-import { combinedSignal, progress, type ToolDefinition } from '../tool.js';
+import { combinedSignal, whileWaiting, type ToolDefinition } from '../tool.js';
+
+const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
+
+interface RunLike { runId: string; state: string; error?: { code: string } | null; output?: { truncated: boolean; uri: string } }
+
+/** The `next` of a run's status: wait again while it is active, else where its output (or its failure) is. */
+export function runNext(v: RunLike): string {
+  if (!TERMINAL.has(v.state)) return `Still ${v.state}: call status { runId: "${v.runId}", waitMs: 30000, until: "terminal" } again to wait for its end.`;
+  if (v.state === 'completed') {
+    return v.output?.truncated ? `Ended completed: output.text is cut to head and tail; the whole output is the resource ${v.output.uri}.` : 'Ended completed: the run\'s output is output.text.';
+  }
+  return `Ended ${v.state}${v.error ? ` (${v.error.code})` : ''}: error says why; each step's output and stderrTail are in steps.`;
+}
 
 export const statusTool: ToolDefinition = {
   name: 'status',
@@ -18,18 +31,17 @@ export const statusTool: ToolDefinition = {
   async handler(args, extra, env) {
     try {
       const q = parseInput(StatusInput, args);
-      // A long-poll tells a client with a progress token at once that it is waiting (then every few seconds).
-      if ((q.waitMs ?? 0) > 0) progress(extra, 0, q.runId ? `waiting on ${q.runId}` : 'waiting on the session\'s runs');
-      const answer = await getStatus(env.ctx, q, {
-        signal: combinedSignal(extra.signal, env.shutdown),
-        onProgress: (ms, message) => progress(extra, Math.round(ms), message),
-      });
-      const { kind, ...rest } = answer;
-      if (kind === 'run') {
-        const v = rest as Record<string, unknown> & { runId: string; state: string; output: { text: string } };
-        return success(v, `Run ${v.runId} is ${v.state}.\n${JSON.stringify(v, null, 2)}`);
+      const answer = await whileWaiting(extra, () => (q.runId ? `waiting on ${q.runId}` : 'waiting on the session\'s runs'),
+        () => getStatus(env.ctx, q, { signal: combinedSignal(extra.signal, env.shutdown) }));
+      if (answer.kind === 'run') {
+        const { kind: _kind, ...run } = answer;
+        const v = { ...run, next: runNext(run) };
+        return success(v, `Run ${v.runId} is ${v.state}. ${v.next}\n${JSON.stringify(v, null, 2)}`);
       }
-      return success(rest as Record<string, unknown>);
+      const { kind: _kind, ...rest } = answer;
+      const list = rest;
+      const active = list.runs.filter((x) => !TERMINAL.has(x.state)).length;
+      return success(active > 0 ? { ...rest, next: `${active} run(s) active: status { waitMs: 30000 } waits for the next change of any of them.` } : rest);
     } catch (e) {
       return refusal(e, env.ctx.log);
     }
