@@ -317,6 +317,40 @@ export async function handshakeFloorConcurrent(k, n, o = {}) {
   return stats(walls);
 }
 
+/**
+ * The floor of a wake-up: a plain child process renames a file carrying its own sub-ms wall-clock stamp while this
+ * process waits on fs.watch; each sample is that rename seen → delivered here.
+ */
+export async function watchFloor(dir, n) {
+  const writer = spawn(process.execPath, ['-e', `
+    const fs = require('fs'); const path = require('path'); const dir = process.argv[1];
+    process.stdin.on('data', (d) => { for (const c of d.toString()) if (c === '\\n') {
+      const f = path.join(dir, 'status.json'); const t = f + '.tmp';
+      fs.writeFileSync(t, String(performance.timeOrigin + performance.now())); fs.renameSync(t, f);
+    } });`, dir], { stdio: ['pipe', 'ignore', 'inherit'], env: cleanEnv() });
+  const xs = [];
+  const file = path.join(dir, 'status.json');
+  for (let i = 0; i < n + 3; i++) {
+    try { fs.unlinkSync(file); } catch { /* first */ }
+    const seen = new Promise((resolve) => {
+      const w = fs.watch(dir, () => {
+        let stamp;
+        try { stamp = Number(fs.readFileSync(file, 'utf8')); } catch { return; }
+        if (!stamp) return;
+        const at = wallNow();
+        w.close();
+        resolve(at - stamp);
+      });
+    });
+    writer.stdin.write('\n');
+    const d = await seen;
+    if (i >= 3) xs.push(d);
+    await sleep(20);
+  }
+  writer.kill();
+  return xs;
+}
+
 /** Runs `main` and exits (the SDK client's transports and stray timers must not keep a bench alive). */
 export function runBench(main) {
   main().then(

@@ -5,40 +5,9 @@
 // renames a file carrying its own sub-ms wall-clock stamp while this process waits on fs.watch.
 // A second line keeps the earlier, looser bound: the write time taken as the latest of the status's `updatedAt` (set
 // before the write and its fsync, whole milliseconds) and the file's mtime and ctime (the kernel's coarse tick).
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
-import { SAMPLES, cleanEnv, reapHome, report, runBench, serverEnv, sleep, startServer, tempHome, wallNow, writeAgent } from './lib.mjs';
-
-async function watchFloor(dir, n) {
-  const writer = spawn(process.execPath, ['-e', `
-    const fs = require('fs'); const path = require('path'); const dir = process.argv[1];
-    process.stdin.on('data', (d) => { for (const c of d.toString()) if (c === '\\n') {
-      const f = path.join(dir, 'status.json'); const t = f + '.tmp';
-      fs.writeFileSync(t, String(performance.timeOrigin + performance.now())); fs.renameSync(t, f);
-    } });`, dir], { stdio: ['pipe', 'ignore', 'inherit'], env: cleanEnv() });
-  const xs = [];
-  const file = path.join(dir, 'status.json');
-  for (let i = 0; i < n + 3; i++) {
-    try { fs.unlinkSync(file); } catch { /* first */ }
-    const seen = new Promise((resolve) => {
-      const w = fs.watch(dir, () => {
-        let stamp;
-        try { stamp = Number(fs.readFileSync(file, 'utf8')); } catch { return; }
-        if (!stamp) return;
-        const at = wallNow();
-        w.close();
-        resolve(at - stamp);
-      });
-    });
-    writer.stdin.write('\n');
-    const d = await seen;
-    if (i >= 3) xs.push(d);
-    await sleep(20);
-  }
-  writer.kill();
-  return xs;
-}
+import { SAMPLES, reapHome, report, runBench, serverEnv, startServer, tempHome, wallNow, watchFloor, writeAgent } from './lib.mjs';
 
 runBench(async () => {
   const h = tempHome();

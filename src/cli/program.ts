@@ -92,7 +92,9 @@ Examples:
   subagents-mcp doctor                     check the state home, limits, backends and agent files
   subagents-mcp runs --state active        what is running now, in every session
   subagents-mcp logs r-Ab3 --follow        the output of a run as it is written (a unique id prefix is enough)
-  subagents-mcp gc --older-than 7d         remove runs that ended more than a week ago`);
+  subagents-mcp gc --older-than 7d         remove runs that ended more than a week ago
+  subagents-mcp watch --json               follow every run's events as JSON lines (resume with --since <cursor>)
+  subagents-mcp ui                         open the live dashboard in a browser`);
 
   withSettingFlags(program.command('serve').description('speak MCP on stdio (the default when no command is given)'))
     .action(act(async (_o: unknown, cmd: Command) => {
@@ -162,6 +164,23 @@ Examples:
       const { dismissCommand } = await import('./control.js');
       const ctx = operator(cmd);
       return dismissCommand(ctx, resolveRunId(ctx, id), o, out);
+    }));
+
+  withHome(program.command('watch').description('one line per run event across the home (created, started, step ended, run ended …), as they happen, until interrupted; each line ends with a cursor to resume from'))
+    .option('--session <id>', 'only runs of this session (a prefix is enough; nested runs count with their root)')
+    .option('--since <cursor>', 'first replay the events after this cursor (from an earlier line), "start" for the whole history, or an age such as 10m')
+    .option('--json', 'one JSON object per line')
+    .action(act(async (o: { session?: string; since?: string; json?: boolean }, cmd: Command) => {
+      const { watchCommand } = await import('./watch.js');
+      return watchCommand(operator(cmd), o, out);
+    }));
+
+  withSettingFlags(program.command('ui').description('a live web dashboard of every run of the home, on 127.0.0.1, reached through the printed URL (it carries a secret token)'))
+    .option('--port <n>', 'the port to listen on (default: any free port)')
+    .option('--no-open', 'print the URL only; do not open a browser')
+    .action(act(async (o: { port?: string; open: boolean }, cmd: Command) => {
+      const { uiCommand } = await import('./ui.js');
+      return uiCommand(operator(cmd), o, out);
     }));
 
   withHome(program.command('gc').description('remove dismissed or ended runs past retention, with their files; never an active run'))

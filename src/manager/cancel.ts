@@ -51,7 +51,10 @@ export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?:
       // The runner did not act within its grace: stop everything of the run from here.
       const runner = s.runner;
       const term = await terminateProcesses(() => findRunProcesses({ pgids: runnerGroups(runner), token: record.runToken, since: runner.startTime, exclude: [process.pid] }), 0, 500);
-      s = await ctx.store.update(runId, (cur) => cancelled(cur, term.survivors.map((p) => ({ pid: p.pid, startTime: p.startTime }))), { durable: true });
+      let wrote = false;
+      s = await ctx.store.update(runId, (cur) => { wrote = true; return cancelled(cur, term.survivors.map((p) => ({ pid: p.pid, startTime: p.startTime }))); }, { durable: true });
+      // The runner did not log its end: this does, so that followers of the event log (watch) see the run end.
+      if (wrote) ctx.store.event(runId, { type: 'ended', state: 'cancelled', by: 'canceller' });
       if (term.survivors.length === 0) {
         await withLedger(ctx.layout, (l) => {
           for (const k of Object.keys(l.agents)) if (k.startsWith(`${runId}:`)) delete l.agents[k];

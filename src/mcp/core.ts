@@ -10,6 +10,7 @@ import { realpathOrNull } from '../realpath.js';
 import { SessionView } from '../manager/sessions.js';
 import { Sweeper } from '../manager/sweep.js';
 import { selfIdentity } from '../process/identity.js';
+import { DASHBOARD_URI, readAppResource } from './app-resource.js';
 import { completeArgument, listResources, readResource, requireResource, RESOURCE_TEMPLATES } from './resources.js';
 import { refusal } from './results.js';
 import { RunWatcher } from './run-watcher.js';
@@ -86,7 +87,7 @@ export function startCore(o: CoreOptions): Core {
       return result;
     },
     listResources: (cursor) => listResources(ctx, cursor),
-    readResource: (uri) => readResource(ctx, uri),
+    readResource: async (uri) => (uri === DASHBOARD_URI ? readAppResource() : readResource(ctx, uri)),
     // Subscribing to a run this session cannot see answers the same not-found error as reading it.
     subscribe: (uri) => { requireResource(ctx, uri); watcher.subscribe(uri); },
     unsubscribe: (uri) => watcher.unsubscribe(uri),

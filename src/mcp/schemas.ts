@@ -70,6 +70,18 @@ export const DismissInput = z.object({
 export const CancelInput = z.object({ runId: runId.optional() }).strict();
 export const AgentsInput = z.object({}).strict();
 
+export const DashboardInput = z.object({
+  view: z.enum(['list', 'run', 'output']).optional().describe('What to answer (default "list"): the run tree, one run in full, or one step\'s output tail. The dashboard page asks for these itself'),
+  runId: runId.optional().describe('For view "run" and "output"'),
+  step: z.string().min(1).max(20).optional().describe('For view "output": the step key, e.g. "0" or "2.1"'),
+  state: z.string().max(20).optional().describe('For view "list": all, active, ended, or one run state'),
+  agent: z.string().max(64).optional().describe('For view "list": only trees with a run of this agent'),
+  q: z.string().max(200).optional().describe('For view "list": search labels and run ids'),
+  all: z.boolean().optional().describe('For view "list": include dismissed runs'),
+  page: z.number().int().min(1).max(1_000_000).optional().describe('For view "list": the page, newest first (50 run trees a page)'),
+  bytes: z.number().int().min(1).max(256 * 1024).optional().describe('For view "output": how many bytes of the end of the output (default 16384)'),
+}).strict();
+
 // ---- outputs ---------------------------------------------------------------------------------------------
 
 const ErrorInfo = z.object({ code: z.string(), message: z.string(), detail: z.string().optional() }).nullable();
@@ -154,6 +166,12 @@ export const AgentsOutput = z.object({
   })).describe('Each agent CLI backend: whether its executable is found (SUBAGENTS_BIN_<BACKEND> or PATH), its version, and why it is unusable if it is'),
 });
 
+/** The dashboard's answers are the page's data (docs/watch-and-ui.md); only their kind is fixed here. */
+export const DashboardOutput = z.looseObject({
+  view: z.enum(['list', 'run', 'output']).describe('Which view this answers'),
+  sessionId: z.string(),
+});
+
 export const TOOL_SCHEMAS = {
   launch: { input: LaunchInput, output: LaunchOutput },
   status: { input: StatusInput, output: StatusOutput },
@@ -162,6 +180,7 @@ export const TOOL_SCHEMAS = {
   dismiss: { input: DismissInput, output: DismissOutput },
   cancel: { input: CancelInput, output: CancelOutput },
   agents: { input: AgentsInput, output: AgentsOutput },
+  dashboard: { input: DashboardInput, output: DashboardOutput },
 } as const;
 
 /** JSON Schema as published in tools/list and in schemas/ (inputs in `input` mode, so nothing optional turns required). */

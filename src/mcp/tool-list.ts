@@ -11,6 +11,7 @@ export interface ListedTool {
   execution?: { taskSupport: 'optional' };
   inputSchema: { type: 'object' } & Record<string, unknown>;
   outputSchema: { type: 'object' } & Record<string, unknown>;
+  _meta?: Record<string, unknown>;
 }
 
 /**

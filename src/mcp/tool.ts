@@ -25,6 +25,8 @@ export interface ToolDefinition {
   annotations: ToolAnnotations;
   /** Set for a tool a client may call as an MCP task (only launch: ./tasks.ts). */
   execution?: { taskSupport: 'optional' };
+  /** Published as the tool's `_meta` (the MCP App's resource for `dashboard`). */
+  meta?: Record<string, unknown>;
   input: z.ZodType;
   output: z.ZodType;
   handler: (args: unknown, extra: ToolExtra, env: ToolEnv) => Promise<CallToolResult>;

@@ -43,12 +43,12 @@ describe('the command line for people', { timeout: 180_000 }, () => {
   it('--help lists every command and the serve flags; each command has --help; usage errors exit 2', async () => {
     const top = await cli(['--help'], env);
     expect(top.code).toBe(0);
-    for (const c of ['serve', 'demo', 'doctor', 'runs', 'show', 'logs', 'cancel', 'dismiss', 'gc']) expect(top.stdout).toContain(c);
+    for (const c of ['serve', 'demo', 'doctor', 'runs', 'show', 'logs', 'cancel', 'dismiss', 'gc', 'watch', 'ui']) expect(top.stdout).toContain(c);
     expect(top.stdout).toContain('--max-active-runs');
     expect(top.stdout).toContain('SUBAGENTS_HANDSHAKE_TIMEOUT_MS');
     expect(top.stdout).toMatch(/Exit codes: 0/);
     // Independent processes: started together (this machine is shared; each Node start costs most of the time).
-    const commands = ['serve', 'demo', 'doctor', 'runs', 'show', 'logs', 'cancel', 'dismiss', 'gc'];
+    const commands = ['serve', 'demo', 'doctor', 'runs', 'show', 'logs', 'cancel', 'dismiss', 'gc', 'watch', 'ui'];
     const helps = await Promise.all(commands.map((c) => cli([c, '--help'], env)));
     helps.forEach((h, i) => {
       expect(h.code, commands[i]).toBe(0);

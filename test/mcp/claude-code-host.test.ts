@@ -102,7 +102,7 @@ describe.skipIf(claude.problem !== undefined)(`Claude Code ${claude.version} as 
     // The tools offered to the model: all seven of ours (a schema Claude Code rejects would drop its tool).
     const requests = fs.readFileSync(mockLog, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { tools: string[]; toolResults: Array<{ id: string; text: string }> });
     const offered = new Set(requests.flatMap((r) => r.tools).filter((n) => n.startsWith('mcp__subagents__')));
-    expect([...offered].sort()).toEqual(['agents', 'append', 'cancel', 'dismiss', 'launch', 'restore', 'status'].map((n) => `mcp__subagents__${n}`));
+    expect([...offered].sort()).toEqual(['agents', 'append', 'cancel', 'dashboard', 'dismiss', 'launch', 'restore', 'status'].map((n) => `mcp__subagents__${n}`));
     // What the model was shown of launch: structuredContent with the `next` hint (the text block is not passed on).
     const launchShown = requests.flatMap((r) => r.toolResults).find((x) => x.id.startsWith('toolu_launch_'))!;
     expect(JSON.parse(launchShown.text).next).toContain(`status { runId: "${runId}"`);

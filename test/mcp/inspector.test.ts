@@ -38,7 +38,7 @@ describe('MCP Inspector CLI', () => {
     const r = await inspector(['--config', 'mcp.json', '--server', 'subagents', '--method', 'tools/list', '--format', 'json', '-q'], env, { viaNpx: true });
     expect(r.code, r.stderr).toBe(0);
     const names = (JSON.parse(r.stdout) as { result: { tools: Array<{ name: string }> } }).result.tools.map((x) => x.name).sort();
-    expect(names).toEqual(['agents', 'append', 'cancel', 'dismiss', 'launch', 'restore', 'status']);
+    expect(names).toEqual(['agents', 'append', 'cancel', 'dashboard', 'dismiss', 'launch', 'restore', 'status']);
   });
 
   it('from mcp.json with --strict: no error-severity problem, and none at all in an input schema', async () => {

@@ -83,8 +83,8 @@ describe('published tool schemas (tools/list of the built server)', () => {
     t.cleanup();
   });
 
-  it('lists the seven tools, each with a title, annotations and an outputSchema', () => {
-    expect(tools.map((x) => x.name).sort()).toEqual(['agents', 'append', 'cancel', 'dismiss', 'launch', 'restore', 'status']);
+  it('lists the eight tools, each with a title, annotations and an outputSchema', () => {
+    expect(tools.map((x) => x.name).sort()).toEqual(['agents', 'append', 'cancel', 'dashboard', 'dismiss', 'launch', 'restore', 'status']);
     for (const tool of tools) {
       expect(tool.title, tool.name).toBeTruthy();
       expect(tool.annotations, tool.name).toBeTruthy();
@@ -93,6 +93,7 @@ describe('published tool schemas (tools/list of the built server)', () => {
     const ann = Object.fromEntries(tools.map((x) => [x.name, x.annotations!]));
     expect(ann.status!.readOnlyHint).toBe(true);
     expect(ann.agents!.readOnlyHint).toBe(true);
+    expect(ann.dashboard!.readOnlyHint).toBe(true);
     expect(ann.cancel!.destructiveHint).toBe(true);
     expect(ann.dismiss!.destructiveHint).toBe(true);
     for (const n of ['cancel', 'dismiss', 'restore']) expect(ann[n]!.idempotentHint, n).toBe(true);
@@ -148,9 +149,12 @@ describe('published tool schemas (tools/list of the built server)', () => {
     await okAll('cancel', { runId: launched[0]!.runId });
     await okAll('dismiss', { runId: launched[0]!.runId });
     await okAll('restore', { lineage: ['schema-test-session-0001'] });
+    await okAll('dashboard', {});
+    await okAll('dashboard', { view: 'run', runId: launched[2]!.runId });
+    await okAll('dashboard', { view: 'output', runId: launched[2]!.runId, step: '1.0' });
     // Every success carries the session id (issue 2), so a model can carry it into a resumed conversation.
     for (const l of launched) expect(l.sessionId).toBe('schema-test-session-0001');
-    expect(new Set(results.map(([tool]) => tool))).toEqual(new Set(['agents', 'status', 'cancel', 'dismiss', 'restore', 'launch', 'append']));
+    expect(new Set(results.map(([tool]) => tool))).toEqual(new Set(['agents', 'status', 'cancel', 'dismiss', 'restore', 'launch', 'append', 'dashboard']));
     for (const [tool, v] of results) expect(v.sessionId, tool).toBe('schema-test-session-0001');
     for (const tool of tools) {
       expect((tool.outputSchema as { required?: string[] }).required, tool.name).toContain('sessionId');

@@ -12,6 +12,7 @@ const LOADERS: Record<string, () => Promise<ToolDefinition>> = {
   dismiss: async () => (await import('./dismiss.js')).dismissTool,
   cancel: async () => (await import('./cancel.js')).cancelTool,
   agents: async () => (await import('./agents.js')).agentsTool,
+  dashboard: async () => (await import('./dashboard.js')).dashboardTool,
 };
 
 export const TOOL_NAMES: readonly string[] = Object.keys(LOADERS);

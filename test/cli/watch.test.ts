@@ -1,0 +1,110 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { FIXTURE_AGENTS } from '../helpers/paths.js';
+import { sc, startServer, waitTerminal, type Started } from '../helpers/server.js';
+import { tempStateHome, writeAgent } from '../helpers/state-home.js';
+import { cli, cliStream } from './helpers.js';
+
+const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
+
+interface Line { cursor: string; type: string; runId: string; [k: string]: unknown }
+
+const lines = (text: string): Line[] => text.split('\n').filter(Boolean).map((l) => JSON.parse(l) as Line);
+const key = (c: string) => { const [ts, run, off] = c.split('.'); return [Number(ts), run!, Number(off)] as const; };
+const before = (a: string, b: string) => {
+  const [x, y] = [key(a), key(b)];
+  return x[0] !== y[0] ? x[0] < y[0] : x[1] !== y[1] ? x[1] < y[1] : x[2] < y[2];
+};
+
+/** `watch` as a real process over runs a real server launches. */
+describe('subagents-mcp watch', { timeout: 180_000 }, () => {
+  let t: ReturnType<typeof tempStateHome>;
+  let s: Started;
+  let env: Record<string, string>;
+  const streams: Array<ReturnType<typeof cliStream>> = [];
+  const watch = (args: string[]) => { const w = cliStream(['watch', ...args], env); streams.push(w); return w; };
+  const launch = async (args: Record<string, unknown>) => {
+    const r = await s.call('launch', args);
+    if (r.isError) throw new Error(JSON.stringify(r.content));
+    return sc(r).runId as string;
+  };
+
+  beforeAll(async () => {
+    t = tempStateHome('sa-watch-');
+    writeAgent(path.join(t.home, 'agents'), 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
+    env = { SUBAGENTS_HOME: t.home };
+    s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root });
+  });
+  afterAll(async () => {
+    for (const w of streams) w.child.kill('SIGTERM');
+    await s?.close();
+    t.cleanup();
+  });
+
+  it('prints each run event once, in order, and resumes after a cursor without duplicates or gaps', async () => {
+    const w = watch(['--json']);
+    await new Promise((r) => setTimeout(r, 500)); // its first look at the home (no history is printed without --since)
+    const a = await launch({ agent: 'echo', task: 'one', label: 'first <b>run</b>' });
+    await waitTerminal(s, a);
+    const b = await launch({ chain: [{ agent: 'echo', task: 'two' }, { parallel: [{ agent: 'echo', task: 'x' }, { agent: 'echo', task: 'y' }] }] });
+    await waitTerminal(s, b);
+    await w.waitFor(`"runId":"${b}"`);
+    await expect.poll(() => lines(w.stdout()).filter((l) => l.runId === b && l.type === 'ended').length, { timeout: 15_000 }).toBe(1);
+    const all = lines(w.stdout());
+    // Each run's lifecycle, in the order it happened.
+    const typesOf = (id: string) => all.filter((l) => l.runId === id).map((l) => l.type);
+    expect(typesOf(a)).toEqual(['created', 'launched', 'started', 'step-started', 'step-ended', 'ended']);
+    expect(typesOf(b).filter((x) => x === 'step-ended')).toHaveLength(3);
+    expect(typesOf(b)[0]).toBe('created');
+    expect(typesOf(b).at(-1)).toBe('ended');
+    expect(new Set(all.map((l) => l.cursor)).size).toBe(all.length);
+    for (let i = 1; i < all.length; i++) if (all[i - 1]!.runId === all[i]!.runId) expect(before(all[i - 1]!.cursor, all[i]!.cursor)).toBe(true);
+
+    // Resume after a's step-ended line (written before a's terminal status, so before b was launched): exactly the
+    // lines after it in the home's order (a's last one or two, all of b's), then what happens next, once. (a's own
+    // "ended" line follows its terminal status and may be ordered after b's first lines.)
+    const cut = all.find((l) => l.runId === a && l.type === 'step-ended')!.cursor;
+    const after = all.filter((l) => before(cut, l.cursor)).sort((x, y) => (before(x.cursor, y.cursor) ? -1 : 1));
+    expect(after.filter((l) => l.runId === b)).toHaveLength(all.filter((l) => l.runId === b).length);
+    const r = watch(['--json', '--since', cut]);
+    await r.waitFor(`"runId":"${b}"`);
+    await expect.poll(() => lines(r.stdout()).length, { timeout: 15_000 }).toBe(after.length);
+    expect(lines(r.stdout()).map((l) => l.cursor)).toEqual(after.map((l) => l.cursor));
+    const c = await launch({ agent: 'echo', task: 'three' });
+    await waitTerminal(s, c);
+    await expect.poll(() => lines(r.stdout()).filter((l) => l.runId === c && l.type === 'ended').length, { timeout: 15_000 }).toBe(1);
+    await expect.poll(() => lines(w.stdout()).filter((l) => l.runId === c && l.type === 'ended').length, { timeout: 15_000 }).toBe(1);
+    const resumed = lines(r.stdout());
+    expect(new Set(resumed.map((l) => l.cursor)).size).toBe(resumed.length);
+    expect(resumed.filter((l) => l.runId === c).map((l) => l.cursor)).toEqual(lines(w.stdout()).filter((l) => l.runId === c).map((l) => l.cursor));
+    expect(resumed.filter((l) => l.runId === a).map((l) => l.type)).toEqual(['ended']);
+
+    // The whole history, from the start.
+    const h = watch(['--json', '--since', 'start']);
+    await h.waitFor(`"runId":"${c}"`);
+    await expect.poll(() => lines(h.stdout()).filter((l) => l.type === 'ended').length, { timeout: 15_000 }).toBe(3);
+    expect(lines(h.stdout())[0]!.runId).toBe(a);
+  });
+
+  it('goes on when a run is removed under it (gc), and prints people a line with its cursor', async () => {
+    const w = watch([]);
+    await new Promise((r) => setTimeout(r, 500));
+    const a = await launch({ agent: 'echo', task: 'soon gone' });
+    await waitTerminal(s, a);
+    await w.waitFor(`${a}  ended`);
+    fs.rmSync(path.join(t.home, 'runs', a), { recursive: true, force: true });
+    const b = await launch({ agent: 'echo', task: 'after the removal' });
+    await waitTerminal(s, b);
+    await w.waitFor(`${b}  ended`);
+    const line = w.stdout().split('\n').find((l) => l.includes(`${b}  step-ended`))!;
+    expect(line).toMatch(/step 0 echo completed exit 0 {2}@\d+\.r-[A-Za-z0-9_-]{24}\.\d+$/);
+    expect(w.done).toBe(false);
+  });
+
+  it('refuses a malformed --since with a usage error', async () => {
+    const r = await cli(['watch', '--since', 'yesterday-ish'], env);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('is not a cursor');
+  });
+});
