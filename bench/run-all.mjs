@@ -21,7 +21,7 @@ delete env.NODE_OPTIONS;
  * The median cost of creating a file in the temp dir, where every bench makes its homes. On an ext4 without a journal
  * (this machine kind's disk) it is 0.03–0.8 ms and grows with what was deleted there in the last minutes, since the
  * inode allocator steps over each recently freed inode; a run makes ~35 inodes, a bare handshake ~5, so it colours
- * every ratio (docs/performance.md, eighth session). Printed so that runs can be compared.
+ * every ratio (docs/performance.md, "What limits each figure"). Printed so that runs can be compared.
  */
 function newInodeUs() {
   const dirPath = fs.mkdtempSync(path.join(os.tmpdir(), 'sa-inode-probe-'));

@@ -1,5 +1,5 @@
 // Worktree isolation: what an isolated step costs on top of its agent, on a repository of ~10 000 files.
-// Measured: the runner's own mechanism per step (dist/process/worktree.js): worktree made (per-repository lock,
+// Measured: the runner's own mechanism per step (dist/lifecycle/worktree.js): worktree made (per-repository lock,
 // `worktree add --no-checkout`, checkout), one file edited, everything committed, change counts and the patch
 // written, worktree removed. Baseline, in the same run and interleaved with it: a plain `git worktree add -b` +
 // `git worktree remove` through the same one-shot git helper. Target: ratio ≤ 1.3.
@@ -12,7 +12,7 @@ import { note, now, REPO, report, runBench, scaled, serverEnv, startServer, stat
 
 const FILES = Number(process.env.BENCH_WORKTREE_FILES) || 10_000;
 const { git } = await import(pathToFileURL(path.join(REPO, 'dist', 'process', 'git.js')).href);
-const wt = await import(pathToFileURL(path.join(REPO, 'dist', 'process', 'worktree.js')).href);
+const wt = await import(pathToFileURL(path.join(REPO, 'dist', 'lifecycle', 'worktree.js')).href);
 const paths = await import(pathToFileURL(path.join(REPO, 'dist', 'store', 'worktree-paths.js')).href);
 
 function makeRepo(dir) {

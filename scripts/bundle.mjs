@@ -1,6 +1,7 @@
-// Bundles the server into dist/main.js (plus lazily loaded dist/chunk-*.js: the command line's and the demo
-// client's code load only when used), after tsc has built dist/. A cold start then parses a few files instead of
-// several hundred modules of the SDK, zod and ajv (perf: cold start ~2× faster, see docs/performance.md).
+// Bundles the build after tsc: dist/main.js (the bin: a few lines that pick serve or the command line), dist/server.js
+// (everything a server runs, one file), dist/cli.js with its lazily loaded dist/chunk-*.js (the command line) and
+// dist/yaml.js. A cold start then parses a few files instead of several hundred modules of the SDK, zod and ajv
+// (docs/performance.md).
 // The runner is bundled on its own, as CommonJS: dist/runner/main.cjs loads only Node built-ins before it reports
 // ready; what it loads after that (its supervisor) is dist/runner-supervisor.cjs.
 // Every chunk lands in dist/ itself, so src/paths.ts finds dist/ from import.meta.url in either build.

@@ -1,5 +1,6 @@
-// After tsc: render tools/list into dist/tools-list.json (served from there: src/mcp/tool-list.ts), bundle the server
-// into dist/main.js (scripts/bundle.mjs), build the dashboard's page (scripts/build-ui.mjs), then mark the bin executable (npm does it on install, not for a local build).
+// After tsc: render tools/list into dist/tools-list.json (served from there: src/mcp/tool-list.ts), bundle the bin,
+// the server, the command line and the runner (scripts/bundle.mjs), build the dashboard's page (scripts/build-ui.mjs),
+// then mark the bin dist/main.js executable (npm does it on install, not for a local build).
 import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import { fileURLToPath } from 'node:url';

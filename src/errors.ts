@@ -1,4 +1,4 @@
-/** The closed set of refusal codes a tool call can answer with (SPEC §4). */
+/** The closed set of refusal codes a tool call can answer with (docs/contract.md, "Tools"). */
 export const ERROR_CODES = [
   'INVALID_INPUT', 'UNKNOWN_AGENT', 'AGENT_UNAVAILABLE', 'CWD_NOT_ALLOWED', 'CAPACITY_EXHAUSTED', 'FANOUT_EXHAUSTED',
   'DEPTH_EXCEEDED', 'HANDSHAKE_FAILED', 'RUN_NOT_FOUND', 'NOT_A_CHAIN', 'RUN_NOT_ACTIVE', 'RUN_ACTIVE', 'BUSY',

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 
-// 144 random bits, base64url: unguessable (SPEC §2 asks for ≥ 128 bits) and safe as a path segment.
+// 144 random bits, base64url: unguessable (docs/contract.md, "Settings": at least 128 bits) and safe as a path segment.
 const ID_BODY = /^[A-Za-z0-9_-]{24}$/;
 
 export const newRunId = (): string => `r-${randomBytes(18).toString('base64url')}`;

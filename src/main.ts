@@ -3,7 +3,10 @@
  * The bin entry. `serve` (or no command) speaks MCP on stdio; the other commands are for people at a terminal.
  * Each command's module is imported only when used, so the server starts without loading the CLI's code.
  */
+import { enableCompileCache } from './compile-cache.js';
 import { packageVersion } from './version.js';
+
+enableCompileCache();
 
 const argv = process.argv.slice(2);
 const first = argv[0];

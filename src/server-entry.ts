@@ -5,4 +5,4 @@
  * path helpers while the server sat idle (see docs/performance.md).
  */
 export { serve } from './mcp/serve.js';
-export { parseServeFlags } from './cli/serve-flags.js';
+export { parseServeFlags } from './serve-flags.js';

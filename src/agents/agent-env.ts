@@ -1,5 +1,5 @@
 /**
- * The environment an agent process starts with (SPEC §3): an allowlist, never the server's whole environment, so
+ * The environment an agent process starts with (docs/agents.md): an allowlist, never the server's whole environment, so
  * secrets the server happens to hold do not reach a CLI that did not ask for them.
  */
 
@@ -21,7 +21,7 @@ export function isNeverPass(name: string): boolean {
 }
 
 /**
- * The server's own settings and the nesting variables (SPEC §4.8): only the runner sets them, through `extra`; taken
+ * The server's own settings and the nesting variables (docs/contract.md, "Nesting and isolation"): only the runner sets them, through `extra`; taken
  * from the server's environment they would hand an agent the session's limits, roots or a forged budget.
  */
 export function isNestingName(name: string): boolean {

@@ -6,7 +6,7 @@ import { realpathOf, realpathOrNull } from '../realpath.js';
 import { parseAgentFile, type AgentFileMeta, type ParseResult } from './definition.js';
 import type { AgentDefinition, AgentSource, Backend } from './types.js';
 
-/** SPEC §3: larger agent files are refused unread. */
+/** docs/agents.md: larger agent files are refused unread. */
 export const MAX_AGENT_FILE_BYTES = 64 * 1024;
 
 export interface RefusedAgent {
@@ -36,7 +36,7 @@ interface AgentDir {
 }
 
 /**
- * Reads every agent definition the server may run, in the order of SPEC §3. Synchronous: it reads at most a few
+ * Reads every agent definition the server may run, in the order of docs/agents.md. Synchronous: it reads at most a few
  * directories of small files, and callers want one consistent snapshot.
  */
 export function loadCatalog(opts: { settings: Settings; bundledDir: string }): Catalog {

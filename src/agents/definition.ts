@@ -4,7 +4,7 @@ import * as z from 'zod';
 import { BACKENDS, PERMISSIONS, type AgentDefinition, type AgentSource, type Backend } from './types.js';
 import { isNeverPass, isNestingName } from './agent-env.js';
 
-/** SPEC §3: the name an agent is launched by. */
+/** docs/agents.md: the name an agent is launched by. */
 export const AGENT_NAME_RE = /^[a-z0-9][a-z0-9._-]{0,63}$/;
 /** A portable environment variable name. */
 export const ENV_NAME_RE = /^[A-Za-z_][A-Za-z0-9_]*$/;
@@ -113,7 +113,7 @@ export function parseAgentFile(text: string | Uint8Array, meta: AgentFileMeta): 
 }
 
 /**
- * What an untrusted (project) definition may not do, SPEC §3: an untrusted repository is attacker-controlled, so its
+ * What an untrusted (project) definition may not do, docs/agents.md: an untrusted repository is attacker-controlled, so its
  * files may not run an arbitrary command, pull secrets out of the environment or get write access.
  */
 export function untrustedViolation(def: Pick<AgentDefinition, 'backend' | 'env' | 'permissions'>): string | null {

@@ -1,4 +1,4 @@
-/** Backends an agent file may name (SPEC §3). */
+/** Backends an agent file may name (docs/agents.md). */
 export const BACKENDS = ['claude', 'codex', 'gemini', 'pi', 'opencode', 'command'] as const;
 export type Backend = (typeof BACKENDS)[number];
 

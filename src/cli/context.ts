@@ -2,8 +2,8 @@ import fs from 'node:fs';
 import { loadSettings, type Settings } from '../config.js';
 import { isRunId } from '../ids.js';
 import { makeStore, type ManagerContext } from '../manager/context.js';
-import { selfIdentity } from '../process/identity.js';
-import { checkStateHome } from '../store/state-home.js';
+import { checkHome } from '../manager/state-home.js';
+import { peopleCommand } from '../invocation.js';
 
 /** Exit codes scripts can rely on. */
 export const EXIT_OK = 0;
@@ -43,14 +43,14 @@ export function cliSettings(flags: Record<string, string | string[] | undefined>
  * state home that is unsafe (the server would refuse it too); `doctor` explains why.
  */
 export function operatorContext(settings: Settings, env = process.env, o: { requireSafeHome?: boolean } = {}): ManagerContext {
-  const check = checkStateHome(settings.home);
+  const check = checkHome(settings.home);
   if (check.problems.length && o.requireSafeHome !== false) {
-    throw new CliError(`unsafe state home: ${check.problems.join('; ')}. Run subagents-mcp doctor for details.`);
+    throw new CliError(`unsafe state home: ${check.problems.join('; ')}. Run ${peopleCommand('doctor')} for details.`);
   }
-  const { layout, store } = makeStore(settings);
+  const { layout, store, server } = makeStore(settings);
   const all = new EverySession();
   return {
-    settings, layout, store, sessionId: OPERATOR_SESSION, server: selfIdentity(), nesting: null, env,
+    settings, layout, store, sessionId: OPERATOR_SESSION, server, nesting: null, env,
     log: (line) => process.stderr.write(`subagents-mcp: ${line}\n`),
     roots: () => [],
     visibleSessions: () => all,
@@ -74,5 +74,5 @@ export function resolveRunId(ctx: ManagerContext, arg: string): string {
     }
   }
   const shown = JSON.stringify(want.slice(0, 40));
-  throw new CliError(`no run ${shown} in ${ctx.settings.home}; list runs with: subagents-mcp runs --all`);
+  throw new CliError(`no run ${shown} in ${ctx.settings.home}; list runs with: ${peopleCommand('runs --all')}`);
 }

@@ -4,8 +4,9 @@ import { dismissRun } from '../manager/dismiss.js';
 import { freshStatus } from '../manager/run-status.js';
 import { isTerminalRun, type RunState } from '../store/run-types.js';
 import { CliError } from './context.js';
-import { formatDuration } from './format.js';
+import { formatDuration } from '../format.js';
 import { Progress } from './progress.js';
+import { peopleCommand } from '../invocation.js';
 
 /**
  * Stops a run and its whole tree through the manager's own cancel (the runner is asked first, then stopped from here
@@ -24,7 +25,7 @@ export async function cancelCommand(ctx: ManagerContext, runId: string, out: (s:
   if (r.survivors.length) {
     throw new CliError(`run ${runId} is ${r.state}, but ${r.survivors.length} process(es) could not be killed: pid ${r.survivors.join(', ')}; their slots stay held until they are gone.`);
   }
-  if (!isTerminalRun(r.state as RunState)) throw new CliError(`run ${runId} is still ${r.state}; it did not stop within its grace period. Retry, or see subagents-mcp show ${runId}.`);
+  if (!isTerminalRun(r.state as RunState)) throw new CliError(`run ${runId} is still ${r.state}; it did not stop within its grace period. Retry, or see ${peopleCommand(`show ${runId}`)}.`);
   out(r.state === 'cancelled' ? `run ${runId} cancelled` : `run ${runId} ended before the cancel took effect: ${r.state}`);
   return 0;
 }

@@ -4,9 +4,10 @@ import path from 'node:path';
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport, getDefaultEnvironment } from '@modelcontextprotocol/sdk/client/stdio.js';
 import type { Settings } from '../config.js';
-import { formatBytes, formatDuration } from './format.js';
+import { formatBytes, formatDuration } from '../format.js';
 import { Progress } from './progress.js';
 import { MAIN_JS as MAIN } from '../paths.js';
+import { peopleCommand } from '../invocation.js';
 
 const TERMINAL = ['completed', 'failed', 'cancelled'];
 
@@ -78,7 +79,7 @@ export async function runDemo(settings: Settings): Promise<number> {
     say(`run ${runId} ${state} in ${formatDuration(Date.now() - started)}. Output:\n`);
     say(output.trimEnd().split('\n').map((l) => `  ${l}`).join('\n'));
     say(`\nThe run's files: ${path.join(settings.home, 'runs', runId)}`);
-    say(`Look at it again: subagents-mcp show ${runId}   ·   subagents-mcp logs ${runId}   ·   subagents-mcp runs`);
+    say(`Look at it again: ${peopleCommand(`show ${runId}`)}   ·   ${peopleCommand(`logs ${runId}`)}   ·   ${peopleCommand('runs')}`);
     return state === 'completed' ? 0 : 1;
   } catch (e) {
     progress.done();

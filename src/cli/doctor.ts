@@ -1,7 +1,7 @@
 import path from 'node:path';
 import type { ManagerContext } from '../manager/context.js';
 import { runDoctor } from '../manager/doctor.js';
-import { formatBytes, table } from './format.js';
+import { formatBytes, table } from '../format.js';
 
 /** Prints the doctor report; exit 1 when something is wrong enough that a server would refuse to work. */
 export async function doctorCommand(ctx: ManagerContext, version: string, o: { json?: boolean }, out: (s: string) => void): Promise<number> {
@@ -13,6 +13,7 @@ export async function doctorCommand(ctx: ManagerContext, version: string, o: { j
   }
   const mark = (ok: boolean) => (ok ? 'ok  ' : 'FAIL');
   out(`subagents-mcp ${r.version} · node ${r.node} · ${r.platform}`);
+  out(`run as: ${r.command} <command>`);
   out('');
   out('State home');
   out(`  ${mark(r.home.problems.length === 0)}  ${r.home.path}  (from ${r.home.source})`);

@@ -1,7 +1,7 @@
 import type { ManagerContext } from '../manager/context.js';
 import { collectGarbage } from '../manager/gc.js';
 import { CliError, EXIT_USAGE } from './context.js';
-import { formatBytes, parseAge } from './format.js';
+import { formatBytes, parseAge } from '../format.js';
 
 export async function gcCommand(ctx: ManagerContext, o: { olderThan: string; dryRun?: boolean; json?: boolean; branches?: boolean }, out: (s: string) => void): Promise<number> {
   const olderThanMs = parseAge(o.olderThan);

@@ -1,10 +1,12 @@
 import fs from 'node:fs';
 import type { ManagerContext } from '../manager/context.js';
+import { openRunFile } from '../manager/run-files.js';
 import { freshStatus } from '../manager/run-status.js';
 import { isTerminalRun, isTerminalStep, type RunStatus, type StepStatus } from '../store/run-types.js';
-import { formatBytes, formatDuration } from './format.js';
-import { openStateFile } from '../store/state-file.js';
-import { DirActivity, Progress } from './progress.js';
+import { formatBytes, formatDuration } from '../format.js';
+import { DirWatch } from '../wait.js';
+import { Progress } from './progress.js';
+import { peopleCommand } from '../invocation.js';
 
 export interface LogsOptions {
   follow?: boolean;
@@ -65,12 +67,8 @@ export async function logsCommand(ctx: ManagerContext, runId: string, o: LogsOpt
   /** Copies what is new in the current file; returns the bytes copied. */
   const drain = async (): Promise<number> => {
     if (!file) return 0;
-    let fd: number;
-    try {
-      const opened = openStateFile(file, file); // never blocks on a FIFO in the output's place
-      if (opened === null) return 0;
-      fd = opened.fd;
-    } catch { return 0; }
+    const fd = openRunFile(file); // never blocks on a FIFO in the output's place
+    if (fd === null) return 0;
     let copied = 0;
     try {
       const buf = Buffer.alloc(CHUNK);
@@ -116,12 +114,12 @@ export async function logsCommand(ctx: ManagerContext, runId: string, o: LogsOpt
     }
     if (lastByte !== 10) await emit('\n');
     if (!isTerminalRun(status.state) && process.stderr.isTTY) {
-      process.stderr.write(`(run is ${status.state}; follow it with: subagents-mcp logs ${runId} --follow)\n`);
+      process.stderr.write(`(run is ${status.state}; follow it with: ${peopleCommand(`logs ${runId} --follow`)})\n`);
     }
     return 0;
   }
 
-  const activity = new DirActivity([paths.dir, paths.outDir]);
+  const activity = new DirWatch([paths.dir, paths.outDir]);
   const started = Date.now();
   try {
     for (;;) {
@@ -135,7 +133,7 @@ export async function logsCommand(ctx: ManagerContext, runId: string, o: LogsOpt
       } else {
         progress.update(`… ${status.state} · waiting for the next step · ${formatDuration(Date.now() - started)}`);
       }
-      const changed = await activity.wait(POLL_MS);
+      const changed = await activity.next(POLL_MS);
       // A poll tick reconciles (a runner that died writes nothing); a file event just re-reads.
       status = changed ? (ctx.store.readStatus(runId) ?? status) : await freshStatus(ctx, runId);
     }

@@ -2,7 +2,7 @@ import { Command, CommanderError, Option } from 'commander';
 import { flagName } from '../config.js';
 import { isSubagentError } from '../errors.js';
 import { CliError, EXIT_FAILURE, EXIT_USAGE, cliSettings, operatorContext, resolveRunId } from './context.js';
-import { SETTING_ENV_NAMES } from './serve-flags.js';
+import { SETTING_ENV_NAMES } from '../serve-flags.js';
 
 type Flags = Record<string, string | string[] | undefined>;
 

@@ -1,4 +1,3 @@
-import fs from 'node:fs';
 
 /**
  * Live progress for a person: on a terminal one status line redrawn in place; elsewhere (a pipe, a log file, CI) only
@@ -46,39 +45,5 @@ export class Progress {
   done(): void {
     this.clear();
     this.shown = '';
-  }
-}
-
-/**
- * Wakes a waiter when any of `dirs` changes (fs.watch), or after `maxMs` (the slow poll behind the watch: a dead
- * process writes nothing, and some file systems deliver no events). A change seen between waits is not lost.
- */
-export class DirActivity {
-  private watchers: fs.FSWatcher[] = [];
-  private dirty = false;
-  private wake: (() => void) | null = null;
-  constructor(dirs: string[]) {
-    for (const d of dirs) {
-      try {
-        const w = fs.watch(d, () => { this.dirty = true; this.wake?.(); });
-        w.on('error', () => {});
-        this.watchers.push(w);
-      } catch { /* the poll covers it */ }
-    }
-  }
-
-  /** Resolves true on a change, false on the poll timeout. */
-  wait(maxMs: number): Promise<boolean> {
-    if (this.dirty) { this.dirty = false; return Promise.resolve(true); }
-    return new Promise((resolve) => {
-      const t = setTimeout(() => { this.wake = null; resolve(false); }, maxMs);
-      this.wake = () => { clearTimeout(t); this.wake = null; this.dirty = false; resolve(true); };
-    });
-  }
-
-  close(): void {
-    for (const w of this.watchers) w.close();
-    this.watchers = [];
-    this.wake?.();
   }
 }

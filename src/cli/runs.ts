@@ -4,7 +4,7 @@ import type { ManagerContext } from '../manager/context.js';
 import { listedError, UNREADABLE_STATE } from '../manager/status-view.js';
 import { TERMINAL_RUN_STATES, type RunStatus } from '../store/run-types.js';
 import { CliError, EXIT_USAGE } from './context.js';
-import { formatAge, formatDuration, oneLine, table } from './format.js';
+import { formatAge, formatDuration, oneLine, table } from '../format.js';
 
 export interface RunRow {
   runId: string;

@@ -2,11 +2,12 @@ import fs from 'node:fs';
 import { freshStatus } from '../manager/run-status.js';
 import type { ManagerContext } from '../manager/context.js';
 import { renderRun } from '../manager/status-view.js';
-import { isAlive, type ProcessIdentity } from '../process/identity.js';
-import { readEvents, type RunEvent } from '../store/event-log.js';
+import { readRunEvents, withLiveness, type RunEvent } from '../manager/run-files.js';
+import type { ProcessIdentity } from '../process/identity.js';
 import type { AgentTaskSpec, StepSpec, StepStatus } from '../store/run-types.js';
 import { durationOf } from './runs.js';
-import { formatAge, formatBytes, formatDuration, oneLine } from './format.js';
+import { formatAge, formatBytes, formatDuration, oneLine } from '../format.js';
+import { peopleCommand } from '../invocation.js';
 
 export interface FileInfo { path: string; bytes: number | null }
 
@@ -67,7 +68,7 @@ export interface RunDetail {
   output: FileInfo;
   files: { dir: string; record: FileInfo; status: FileInfo; events: FileInfo; runnerLog: FileInfo };
   events: RunEvent[];
-  /** Lines of the event log that did not parse (skipped: SPEC §8.6), shown so the damage is not silent. */
+  /** Lines of the event log that did not parse (skipped: docs/contract.md, invariant 6), shown so the damage is not silent. */
   eventsSkipped: number;
 }
 
@@ -79,9 +80,6 @@ function fileInfo(p: string): FileInfo {
   }
 }
 
-function withAlive(id: ProcessIdentity | null): (ProcessIdentity & { alive: boolean }) | null {
-  return id ? { pid: id.pid, startTime: id.startTime, alive: isAlive(id) } : null;
-}
 
 /** Everything recorded about one run, for a person: its steps, children, evidence (pids, exit codes, bytes) and file paths. */
 export async function runDetail(ctx: ManagerContext, runId: string): Promise<RunDetail> {
@@ -97,7 +95,7 @@ export async function runDetail(ctx: ManagerContext, runId: string): Promise<Run
     const d: StepDetail = {
       index: st.index, key: st.key, agent: st.agent, backend: agentSpec?.backend ?? null, state: st.state,
       startedAt: st.startedAt, endedAt: st.endedAt, durationMs: durationOf(st.startedAt ?? record.createdAt, st.startedAt ? st : null),
-      process: withAlive(st.process), exitCode: st.exitCode, signal: st.signal, outputBytes: st.outputBytes,
+      process: withLiveness(st.process), exitCode: st.exitCode, signal: st.signal, outputBytes: st.outputBytes,
       outputTruncated: st.outputTruncated, usage: st.usage, costUsd: st.costUsd, error: st.error, appendSeq: st.appendSeq,
       children: children.filter((c) => c.stepKey === st.key || c.stepKey.startsWith(`${st.key}.`)).map((c) => c.runId),
       files: { output: fileInfo(paths.output(st.key)) },
@@ -124,10 +122,10 @@ export async function runDetail(ctx: ManagerContext, runId: string): Promise<Run
     createdAt: record.createdAt, startedAt: status.startedAt, endedAt: status.endedAt, durationMs: durationOf(record.createdAt, status),
     lastActivityAt: view.lastActivityAt, error: status.error, dismissed: view.dismissed, timeoutMs: record.timeoutMs,
     killGraceMs: record.killGraceMs, limits: record.limits, fanout: view.fanout, pendingAppends: view.pendingAppends,
-    runner: withAlive(status.runner), survivors: status.survivors, escaped: (status.escaped ?? []).map((p) => ({ pid: p.pid, command: p.command })), children: children.map((c) => c.runId), steps,
+    runner: withLiveness(status.runner), survivors: status.survivors, escaped: (status.escaped ?? []).map((p) => ({ pid: p.pid, command: p.command })), children: children.map((c) => c.runId), steps,
     output: fileInfo(paths.runOutput),
     files: { dir: paths.dir, record: fileInfo(paths.record), status: fileInfo(paths.status), events: fileInfo(paths.events), runnerLog: fileInfo(paths.runnerLog) },
-    ...(({ events, skipped }) => ({ events, eventsSkipped: skipped }))(readEvents(paths.events)),
+    ...(({ events, skipped }) => ({ events, eventsSkipped: skipped }))(readRunEvents(ctx, runId)),
   };
   if (status.runnerLogTail) d.runnerLogTail = status.runnerLogTail;
   return d;
@@ -207,6 +205,6 @@ export function renderDetail(d: RunDetail, out: (s: string) => void): void {
     }
   }
   out('');
-  out(`Output: subagents-mcp logs ${d.runId}${d.state === 'starting' || d.state === 'running' ? ' --follow' : ''}`);
+  out(`Output: ${peopleCommand(`logs ${d.runId}`)}${d.state === 'starting' || d.state === 'running' ? ' --follow' : ''}`);
 }
 

@@ -2,7 +2,7 @@ import type { ManagerContext } from '../manager/context.js';
 import { HomeFeed, parseCursor, type Cursor, type HomeEvent } from '../manager/home-feed.js';
 import { readMeta } from '../manager/listing.js';
 import { CliError, EXIT_USAGE } from './context.js';
-import { oneLine, parseAge } from './format.js';
+import { oneLine, parseAge } from '../format.js';
 
 export interface WatchOptions { session?: string; since?: string; json?: boolean }
 

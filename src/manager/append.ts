@@ -1,5 +1,5 @@
 import { errnoCode, SubagentError } from '../errors.js';
-import { withLedger } from '../store/ledger.js';
+import { withLedger } from '../lifecycle/ledger.js';
 import { isTerminalRun } from '../store/run-types.js';
 import { catalogFor } from './agent-resolver.js';
 import type { ManagerContext } from './context.js';
@@ -17,7 +17,7 @@ export interface AppendResult {
 }
 
 /**
- * SPEC §4.3. The decision and the durable write happen under the run's lock, the same lock under which the runner
+ * docs/contract.md, "Tools". The decision and the durable write happen under the run's lock, the same lock under which the runner
  * commits the chain's end: an append is either recorded before that commit (and then runs, or ends visibly as
  * skipped/cancelled) or refused with RUN_NOT_ACTIVE. The fan-out claim is taken in the same critical section.
  */

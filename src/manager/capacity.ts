@@ -1,10 +1,12 @@
 import { SubagentError } from '../errors.js';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, runnerGroups } from '../process/terminate.js';
-import { pruneAgentSlots } from '../runner/agent-slots.js';
-import { withLedger, peekLedger, readLedger, type Ledger } from '../store/ledger.js';
+import { pruneAgentSlots } from '../lifecycle/agent-slots.js';
+import { withLedger, readLedger } from '../lifecycle/ledger.js';
+import { peekLedger, type Ledger } from '../store/ledger.js';
 import type { RunStore } from '../store/run-store.js';
-import { treeIsLive } from '../store/run-tree.js';
+import { returnRunLocked } from '../lifecycle/run-lifecycle.js';
+import { treeIsLive } from '../lifecycle/run-tree.js';
 import type { ManagerContext } from './context.js';
 
 /** When this process first saw each unbound reservation (monotonic clock: wall-clock jumps change nothing). */
@@ -123,13 +125,8 @@ export async function bindReservation(ctx: ManagerContext, runId: string, runner
 
 /** Returns a failed launch's reservation, its agent slots and its fan-out claims (no agent started). */
 export async function releaseReservation(ctx: ManagerContext, runId: string, rootRunId: string, refund: number): Promise<void> {
-  await withLedger(ctx.layout, (l) => {
-    delete l.roots[runId];
-    for (const key of Object.keys(l.agents)) if (key.startsWith(`${runId}:`)) delete l.agents[key];
-    const tree = l.trees[rootRunId];
-    if (tree) tree.used = Math.max(0, tree.used - refund);
-    if (rootRunId === runId) delete l.trees[rootRunId];
-  });
+  const run = { runId, rootRunId, depth: rootRunId === runId ? 0 : 1 };
+  await withLedger(ctx.layout, (l) => returnRunLocked(l, ctx.store, run, refund));
 }
 
 /**

@@ -1,5 +1,5 @@
 import type { Settings } from '../config.js';
-import type { ProcessIdentity } from '../process/identity.js';
+import { selfIdentity, type ProcessIdentity } from '../process/identity.js';
 import { Layout } from '../store/layout.js';
 import { RunStore } from '../store/run-store.js';
 import type { NestingContext } from './nesting.js';
@@ -26,7 +26,8 @@ export interface ManagerContext {
 /** The built runner entry and the bundled agents (src/paths.ts: correct in the tsc build and in the bundle). */
 export { RUNNER_MAIN, BUNDLED_AGENTS_DIR } from '../paths.js';
 
-export function makeStore(settings: Settings): { layout: Layout; store: RunStore } {
+/** The state home's files, and this process as the context names it (`server`). */
+export function makeStore(settings: Settings): { layout: Layout; store: RunStore; server: ProcessIdentity } {
   const layout = new Layout(settings.home);
-  return { layout, store: new RunStore(layout) };
+  return { layout, store: new RunStore(layout), server: selfIdentity() };
 }

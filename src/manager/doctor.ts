@@ -6,8 +6,7 @@ import { BACKENDS, type Backend } from '../agents/types.js';
 import { flagName, type Settings } from '../config.js';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { readEvents } from '../store/event-log.js';
-import { readJsonFile } from '../store/json-file.js';
-import { readLedger } from '../store/ledger.js';
+import { readLedger } from '../lifecycle/ledger.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { SessionRegistry } from '../store/session-registry.js';
 import { checkStateHome } from '../store/state-home.js';
@@ -16,6 +15,8 @@ import { loadFullCatalog } from './agent-resolver.js';
 import type { ManagerContext } from './context.js';
 import { listAll } from './listing.js';
 import { diskBytes } from './gc.js';
+import { ReadyFile, readStateFile } from '../store/state-files.js';
+import { peopleCommand } from '../invocation.js';
 
 /**
  * `doctor`: everything a person needs to trust and debug this machine's setup, read-only (it reconciles nothing,
@@ -25,6 +26,8 @@ export interface DoctorReport {
   version: string;
   node: string;
   platform: string;
+  /** How a person runs this installation's commands: `subagents-mcp` when that is this installation on PATH, else `node …/dist/main.js`. */
+  command: string;
   home: { path: string; source: string; exists: boolean; mode: string | null; problems: string[]; runs: number; bytes: number };
   settings: Array<{ env: string; flag: string; value: string; source: string }>;
   backends: Array<{ backend: Backend; bin: string | null; found: boolean; version: string | null; usable: boolean; problem?: string }>;
@@ -100,18 +103,18 @@ function runsNeedingAttention(ctx: ManagerContext): DoctorReport['attention'] {
       const alive = s.survivors.filter((p) => isAlive(p));
       if (alive.length) out.push({ runId: m.runId, state: s.state, problem: `${alive.length} process(es) survived SIGKILL and are still alive: pid ${alive.map((p) => p.pid).join(', ')}` });
     }
-    // Garbled lines are skipped wherever the log is read (SPEC §8.6); the damage is reported here, not hidden.
+    // Garbled lines are skipped wherever the log is read (docs/contract.md, invariant 6); the damage is reported here, not hidden.
     const events = ctx.store.paths(m.runId).events;
     const { skipped } = readEvents(events);
     if (skipped > 0) out.push({ runId: m.runId, state: s.state, problem: `its event log ${events} has ${skipped} unparsable line(s), skipped when read; the run itself is unaffected` });
     if (isTerminalRun(s.state)) continue;
     if (s.state === 'running' && !isAlive(s.runner)) {
-      out.push({ runId: m.runId, state: s.state, problem: `its runner (pid ${s.runner?.pid ?? '?'}) is gone; \`subagents-mcp runs\` or any server records it failed/RUNNER_LOST and stops its leftovers` });
+      out.push({ runId: m.runId, state: s.state, problem: `its runner (pid ${s.runner?.pid ?? '?'}) is gone; \`${peopleCommand('runs')}\` or any server records it failed/RUNNER_LOST and stops its leftovers` });
       continue;
     }
     if (s.state === 'starting') {
       const rec = ctx.store.readRecord(m.runId);
-      const ready = readJsonFile<ProcessIdentity>(ctx.store.paths(m.runId).ready);
+      const ready = readStateFile<ProcessIdentity>(ctx.store.paths(m.runId).ready, ReadyFile);
       if (rec && !isAlive(rec.server) && !(ready && isAlive(ready))) {
         out.push({ runId: m.runId, state: s.state, problem: 'its launching server is gone before the start; the next listing records it failed/HANDSHAKE_FAILED' });
       } else if (rec && now - Date.parse(rec.createdAt) > rec.handshakeTimeoutMs * 3) {
@@ -121,7 +124,7 @@ function runsNeedingAttention(ctx: ManagerContext): DoctorReport['attention'] {
     }
     const idle = now - lastActivityMs(ctx, m.runId);
     if (idle > 30 * 60_000) {
-      out.push({ runId: m.runId, state: s.state, problem: `alive but no output or state change for ${Math.round(idle / 60_000)} min; look with \`subagents-mcp show ${m.runId}\`, stop with \`subagents-mcp cancel ${m.runId}\`` });
+      out.push({ runId: m.runId, state: s.state, problem: `alive but no output or state change for ${Math.round(idle / 60_000)} min; look with \`${peopleCommand(`show ${m.runId}`)}\`, stop with \`${peopleCommand(`cancel ${m.runId}`)}\`` });
     }
   }
   return out;
@@ -174,6 +177,7 @@ export async function runDoctor(ctx: ManagerContext, version: string): Promise<D
     version,
     node: process.version,
     platform: `${process.platform} ${process.arch}`,
+    command: peopleCommand(''),
     home: { path: s.home, source: s.sources.home ?? 'default', exists: check.exists, mode, problems: check.problems, runs: runIds.length, bytes: safe ? diskBytes(s.home) : 0 },
     settings: settingRows(s),
     backends,

@@ -59,7 +59,7 @@ function endOf(ctx: ManagerContext, runId: string, s: RunStatus | null): number 
 }
 
 /**
- * Retention (SPEC §7 `gc`): removes run trees whose every run is terminal (or unreadable) and ended before
+ * Retention (docs/contract.md, "Command line" `gc`): removes run trees whose every run is terminal (or unreadable) and ended before
  * `now - olderThanMs`, with all their files. Listing reconciles first, so a run whose runner died becomes terminal
  * now and is kept for the whole retention period. An active run is never removed: each tree is checked again under
  * its root's run lock, then renamed out of `runs/` at once (the id stops resolving) and deleted.

@@ -1,12 +1,13 @@
-import fs from 'node:fs';
 import path from 'node:path';
 import { SubagentError } from '../errors.js';
 import { isAlive, readIdentity, type ProcessIdentity } from '../process/identity.js';
 import type { DetachedChild } from '../process/spawn-detached.js';
 import { writeNewFile } from '../store/atomic-write.js';
-import { readJsonFile } from '../store/json-file.js';
+import { ReadyFile, readStateFile, RunStatusFile } from '../store/state-files.js';
 import type { RunPaths } from '../store/layout.js';
 import type { RunStatus } from '../store/run-types.js';
+import { waitUntil } from '../wait.js';
+import { peopleCommand } from '../invocation.js';
 
 export type HandshakePhase = 'spawn' | 'ready' | 'bind' | 'proceed';
 
@@ -24,53 +25,48 @@ interface WaitOptions {
 }
 
 /**
- * Waits until `ready()` returns a value, the runner exits, the deadline passes or the launch is aborted.
- * Event-driven: fs.watch on the run directory plus the child's exit event, with a slow poll as the safety net.
+ * Waits until `ready()` returns a value, the runner exits, the deadline passes or the launch is aborted (`waitUntil`:
+ * a watch on the run directory for the awaited file, with a slow poll as the safety net).
  */
-function waitFor<T>(o: WaitOptions, phase: HandshakePhase, file: string, ready: () => T | null): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    let done = false;
-    let watcher: fs.FSWatcher | undefined;
-    const cleanup = () => {
-      done = true;
-      clearTimeout(timer);
-      clearInterval(poll);
-      watcher?.close();
-      o.child.off('exit', onExit);
-      o.signal.removeEventListener('abort', onAbort);
-    };
-    const check = () => {
-      if (done) return;
-      let v: T | null = null;
-      try { v = ready(); } catch { v = null; }
-      if (v !== null) { cleanup(); resolve(v); }
-    };
-    const fail = (reason: string) => { if (!done) { cleanup(); reject(new HandshakeFailure(phase, reason, null)); } };
-    const onExit = (code: number | null, sig: string | null) => {
-      check();
-      fail(`the runner exited (${sig ? `signal ${sig}` : `code ${code}`}) before it ${phase === 'proceed' ? 'started the run' : 'reported ready'}`);
-    };
-    const onAbort = () => fail('the launch was cancelled or the server is shutting down');
-    const timer = setTimeout(() => { check(); fail('the handshake timed out (SUBAGENTS_HANDSHAKE_TIMEOUT_MS)'); }, Math.max(0, o.deadline - performance.now()));
-    const poll = setInterval(check, 200);
-    if (o.child.exitCode !== null || o.child.signalCode !== null) { onExit(o.child.exitCode, o.child.signalCode); return; }
-    o.child.once('exit', onExit);
-    if (o.signal.aborted) { onAbort(); return; }
-    o.signal.addEventListener('abort', onAbort, { once: true });
-    try {
-      // Only events naming the awaited file (or naming none, where the platform does not say): the runner's other
-      // writes in the directory (temps, its lock, the event log) are several events per launch, each a file read here.
-      const name = path.basename(file);
-      watcher = fs.watch(o.paths.dir, (_event, changed) => { if (changed === null || changed === name) check(); });
-      watcher.on('error', () => {});
-    } catch { /* poll only */ }
-    check();
-  });
+async function waitFor<T>(o: WaitOptions, phase: HandshakePhase, file: string, ready: () => T | null): Promise<T> {
+  const stop = new AbortController();
+  let exited: string | null = null;
+  const onExit = (code: number | null, sig: string | null) => {
+    exited = `the runner exited (${sig ? `signal ${sig}` : `code ${code}`}) before it ${phase === 'proceed' ? 'started the run' : 'reported ready'}`;
+    stop.abort();
+  };
+  const onAbort = () => stop.abort();
+  if (o.child.exitCode !== null || o.child.signalCode !== null) onExit(o.child.exitCode, o.child.signalCode);
+  else o.child.once('exit', onExit);
+  o.signal.addEventListener('abort', onAbort, { once: true });
+  try {
+    if (o.signal.aborted && !exited) throw new HandshakeFailure(phase, 'the launch was cancelled or the server is shutting down', null);
+    // Only events naming the awaited file (or naming none, where the platform does not say): the runner's other
+    // writes in the directory (temps, its lock, the event log) are several events per launch, each a file read here.
+    const name = path.basename(file);
+    const v = await waitUntil({
+      dirs: [o.paths.dir], filter: (changed) => changed === name, check: ready, pollMs: 200,
+      timeoutMs: Math.max(0, o.deadline - performance.now()), signal: stop.signal,
+    });
+    if (v !== null) return v;
+    if (exited) {
+      // What it wrote just before it exited still counts.
+      let last: T | null = null;
+      try { last = ready(); } catch { /* not there */ }
+      if (last !== null) return last;
+      throw new HandshakeFailure(phase, exited, null);
+    }
+    if (o.signal.aborted) throw new HandshakeFailure(phase, 'the launch was cancelled or the server is shutting down', null);
+    throw new HandshakeFailure(phase, 'the handshake timed out (SUBAGENTS_HANDSHAKE_TIMEOUT_MS)', null);
+  } finally {
+    o.child.off('exit', onExit);
+    o.signal.removeEventListener('abort', onAbort);
+  }
 }
 
 /** Phase `spawn`→`ready`: the runner proves who it is (pid and start time of the process we started). */
 export async function awaitReady(o: WaitOptions): Promise<ProcessIdentity> {
-  const ready = await waitFor(o, 'spawn', o.paths.ready, () => readJsonFile<{ pid: number; startTime: string }>(o.paths.ready));
+  const ready = await waitFor(o, 'spawn', o.paths.ready, () => readStateFile<{ pid: number; startTime: string }>(o.paths.ready, ReadyFile));
   if (ready.pid !== o.child.pid) {
     throw new HandshakeFailure('ready', 'the ready report names another process than the runner that was started', null);
   }
@@ -93,7 +89,7 @@ export async function proceedAndAwaitStart(o: WaitOptions, runner: ProcessIdenti
     if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e; // already said: the runner goes on all the same
   }
   return waitFor(o, 'proceed', o.paths.status, () => {
-    const s = readJsonFile<RunStatus>(o.paths.status);
+    const s = readStateFile<RunStatus>(o.paths.status, RunStatusFile);
     if (!s || s.state === 'starting') {
       if (!isAlive(runner)) throw new Error('runner gone');
       return null;
@@ -103,5 +99,5 @@ export async function proceedAndAwaitStart(o: WaitOptions, runner: ProcessIdenti
 }
 
 export function handshakeError(f: HandshakeFailure, runId: string): SubagentError {
-  return new SubagentError('HANDSHAKE_FAILED', `the run's runner failed at the ${f.phase} phase: ${f.reason}. No agent was started and nothing is held; run ${runId} is recorded failed (status { runId } shows the runner's own log). Retry the launch, and if it keeps failing run \`subagents-mcp doctor\`.`);
+  return new SubagentError('HANDSHAKE_FAILED', `the run's runner failed at the ${f.phase} phase: ${f.reason}. No agent was started and nothing is held; run ${runId} is recorded failed (status { runId } shows the runner's own log). Retry the launch, and if it keeps failing run \`${peopleCommand('doctor')}\`.`);
 }

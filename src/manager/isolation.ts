@@ -44,7 +44,7 @@ export async function resolveIsolation(ctx: ManagerContext, cwd: string, input: 
     throw new SubagentError('INVALID_INPUT', `baseRef ${JSON.stringify(baseRef.slice(0, 100))} is not a git revision; give a branch, tag or commit (e.g. "main", "v1.2", a sha).`);
   }
   const gitBin = requireGit(ctx);
-  const wt = await import('../process/worktree.js');
+  const wt = await import('../lifecycle/worktree.js');
   let repo;
   try {
     repo = await wt.repoOf(cwd, gitBin);
@@ -67,7 +67,7 @@ export async function resolveIsolation(ctx: ManagerContext, cwd: string, input: 
 /** Removes what is left of a run's worktrees (its branches stay); a no-op, without loading git code, when none is. */
 export async function removeStaleWorktrees(ctx: Pick<ManagerContext, 'layout'>, runId: string): Promise<number> {
   if (!hasWorktrees(ctx.layout.home, runId)) return 0;
-  const wt = await import('../process/worktree.js');
+  const wt = await import('../lifecycle/worktree.js');
   return wt.removeRunWorktrees(ctx.layout.home, runId).catch(() => 0);
 }
 
@@ -92,7 +92,7 @@ export async function deleteBranches(ctx: Pick<ManagerContext, 'env'>, branches:
   if (branches.length === 0) return 0;
   const gitBin = resolveBin('git', { pathEnv: ctx.env.PATH });
   if (!gitBin) return 0;
-  const wt = await import('../process/worktree.js');
+  const wt = await import('../lifecycle/worktree.js');
   let n = 0;
   for (const b of branches) if (await wt.deleteBranch(b.repo, b.branch, gitBin)) n++;
   return n;

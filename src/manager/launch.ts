@@ -7,8 +7,9 @@ import { SubagentError } from '../errors.js';
 import { newRunId } from '../ids.js';
 import { isAlive, readIdentity } from '../process/identity.js';
 import { spawnDetached, type DetachedChild } from '../process/spawn-detached.js';
-import { readTail } from '../runner/agent-process.js';
-import { newStepStatus } from '../runner/step-status.js';
+import { readTail } from '../store/text-tail.js';
+import { endRun } from '../lifecycle/run-lifecycle.js';
+import { newStepStatus } from '../store/step-status.js';
 import type { PreparedRun, PublishedRun } from '../store/run-store.js';
 import { firstStepWidth, type AgentTaskSpec, type RunMode, type RunRecord, type RunStatus, type StepSpec } from '../store/run-types.js';
 import { CATALOG_SNAPSHOT_NAME, catalogFor, catalogSnapshotJson, freezeAgent } from './agent-resolver.js';
@@ -77,7 +78,7 @@ export function claimPaths(steps: StepSpec[], offset = 0): string[] {
   return out;
 }
 
-/** A top-level launch's CAPACITY_EXHAUSTED, naming the caller's own active runs (SPEC §5) and what to do. */
+/** A top-level launch's CAPACITY_EXHAUSTED, naming the caller's own active runs (docs/contract.md, "Tools") and what to do. */
 function capacityRefusal(ctx: ManagerContext, counts: string): SubagentError {
   const mine = ownActiveRuns(ctx).slice(0, 5);
   const hint = mine.length
@@ -87,7 +88,7 @@ function capacityRefusal(ctx: ManagerContext, counts: string): SubagentError {
 }
 
 /**
- * SPEC §6, in order: validate and resolve → reserve capacity and claim fan-out under the ledger lock → write the
+ * docs/contract.md, "Run states", in order: validate and resolve → reserve capacity and claim fan-out under the ledger lock → write the
  * run record → spawn the detached runner → ready → bind → proceed → answer. Any failure before proceed records the
  * run failed/HANDSHAKE_FAILED, starts no agent, verifies the runner gone and returns what was reserved.
  * The bind's ledger write is done while the runner boots, to the identity of the process we started; the ready
@@ -143,7 +144,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   // and they no longer queue ahead of the launches that can be admitted).
   const refusal = nesting ? null : refusalWithoutLock(ctx);
   if (refusal) throw capacityRefusal(ctx, refusal);
-  // Reserved first (SPEC §6). While the reservation's ledger write is on the disk, this thread writes the run's
+  // Reserved first (docs/contract.md, "Run states"). While the reservation's ledger write is on the disk, this thread writes the run's
   // directory under a hidden name: nothing sees it until it is published, after the reservation holds.
   const reserving = reserve(ctx, { runId, claims: paths.length, claimPaths: paths, nested, treeLimits: limits });
   reserving.catch(() => {}); // awaited below
@@ -216,9 +217,10 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     o.onProgress?.('started');
   } catch (e) {
     const failure = e instanceof HandshakeFailure ? e : new HandshakeFailure(phase, e instanceof Error ? e.message : 'unknown failure', runner);
-    const outcome = await abandonLaunch(ctx, runId, failure, child?.pid ?? null, runner);
+    const outcome = await abandonLaunch(ctx, record, failure, child?.pid ?? null, runner);
     if (outcome === 'started') return result(ctx, ctx.store.readStatus(runId)!, input.mode, reservation);
-    await releaseReservation(ctx, runId, rootRunId, paths.length).catch(() => {});
+    // The end was not recorded here (the run lock stayed busy): the reservation goes back all the same, as nothing started.
+    if (outcome === 'unrecorded') await releaseReservation(ctx, runId, rootRunId, paths.length).catch(() => {});
     throw handshakeError(failure, runId);
   }
   ctx.store.event(runId, { type: 'launched', runnerPid: runner.pid });
@@ -234,22 +236,24 @@ function result(ctx: ManagerContext, s: RunStatus, mode: RunMode, r: Reservation
 }
 
 /**
- * Records the failed handshake (compare-and-set under the run lock: if the runner claimed the start first, the run
- * is live and the launch succeeded after all), then makes sure the runner is gone.
+ * Records the failed handshake (`endRun`, compare-and-set from `starting` under the run lock: if the runner claimed the
+ * start first, the run is live and the launch succeeded after all), which returns the reservation, then makes sure
+ * the runner is gone. 'unrecorded': the end could not be written (the run lock stayed busy twice).
  */
-async function abandonLaunch(ctx: ManagerContext, runId: string, f: HandshakeFailure, childPid: number | null, runner: { pid: number; startTime: string } | null): Promise<'started' | 'failed'> {
+async function abandonLaunch(ctx: ManagerContext, record: RunRecord, f: HandshakeFailure, childPid: number | null, runner: { pid: number; startTime: string } | null): Promise<'started' | 'failed' | 'unrecorded'> {
   // The runner's own last words (its fatal error, never agent output) go into the record for `status`, not into the refusal.
-  const tail = readTail(ctx.store.paths(runId).runnerLog, 2048);
-  const record = () => ctx.store.update(runId, (cur) => (cur.state === 'starting'
-    ? { ...cur, state: 'failed', endedAt: new Date().toISOString(), error: { code: 'HANDSHAKE_FAILED', message: `the runner failed at the ${f.phase} phase: ${f.reason}` },
-      steps: cur.steps.map((st) => ({ ...st, state: 'skipped', members: st.members?.map((m) => ({ ...m, state: 'skipped' as const })) })),
-      ...(tail ? { runnerLogTail: tail } : {}) }
-    : null), { durable: true });
+  const tail = readTail(ctx.store.paths(record.runId).runnerLog, 2048);
+  const end = () => endRun(ctx, record, {
+    state: 'failed',
+    error: { code: 'HANDSHAKE_FAILED', message: `the runner failed at the ${f.phase} phase: ${f.reason}` },
+    from: ['starting'],
+    ...(tail ? { runnerLogTail: tail } : {}),
+  });
   // Once more if the first attempt failed (the run lock stayed busy): a run left `starting` by a live launcher is
   // never reconciled while that launcher lives.
-  const s = await record().catch(() => record()).catch(() => null);
-  if (s && s.startedAt !== null) return 'started';
-  ctx.store.event(runId, { type: 'handshake-failed', phase: f.phase });
+  const ended = await end().catch(() => end()).catch(() => null);
+  if (ended && ended.status.startedAt !== null) return 'started';
+  ctx.store.event(record.runId, { type: 'handshake-failed', phase: f.phase });
   // The runner never started an agent (the start is claimed under the lock we just used); stop it and verify.
   const pid = runner?.pid ?? childPid;
   if (pid) {
@@ -261,7 +265,7 @@ async function abandonLaunch(ctx: ManagerContext, runId: string, f: HandshakeFai
       await new Promise((r) => setTimeout(r, 5));
     }
   }
-  return 'failed';
+  return ended ? 'failed' : 'unrecorded';
 }
 
 function processExists(pid: number): boolean {

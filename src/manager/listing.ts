@@ -170,18 +170,21 @@ export async function indexRun(layout: Layout, sessionIds: Array<string | null |
 /**
  * Run directories that appeared in `runs/` while this process lives, indexed or not (copied in, or made by an older
  * version): the directory is re-read only when its size, link count or mtime changed, and only new names are kept.
- * The names present at the first look are the index's business. At most one re-read per APPEARED_RESCAN_MS: every
+ * The names present at the first look are the index's business. At most one re-read per `appearedRescanMs`: every
  * launch on the home changes `runs/`, and reading 10 000 names took ~7.5 ms, up to three times per launch (the run
  * watcher's scans); a run made by these means alone shows within that delay instead.
  */
 const appeared = new Map<string, { sig: string; names: Set<string>; added: Set<string>; readAtMs: number }>();
-const APPEARED_RESCAN_MS = 2000;
+export const listingTiming = {
+  /** The least time between two reads of `runs/` for appeared names (a test sets it to 0 instead of sleeping it out). */
+  appearedRescanMs: 2000,
+};
 
 function appearedRunIds(layout: Layout): Set<string> {
   const sig = dirSignature(layout.runsDir);
   if (sig === null) return new Set();
   let a = appeared.get(layout.home);
-  if (a && (a.sig === sig || performance.now() - a.readAtMs < APPEARED_RESCAN_MS)) return a.added;
+  if (a && (a.sig === sig || performance.now() - a.readAtMs < listingTiming.appearedRescanMs)) return a.added;
   let names: string[] = [];
   try { names = fs.readdirSync(layout.runsDir).filter(isRunId); } catch { /* none */ }
   if (!a) {

@@ -2,9 +2,8 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import { isRunId } from '../ids.js';
 import type { Layout } from '../store/layout.js';
-import { readJsonFile } from '../store/json-file.js';
+import { ChildMarkerFile, readStateFile, RunRecordFile } from '../store/state-files.js';
 import { RunStore } from '../store/run-store.js';
-import { writeFileAtomic } from '../store/atomic-write.js';
 import { isTerminalRun, type RunRecord } from '../store/run-types.js';
 
 /** A server started by an agent of a running step: its launches join that step's run tree. */
@@ -19,7 +18,7 @@ export interface NestingContext {
 
 /**
  * Validates SUBAGENTS_BUDGET against the hashes the parent's runner stored for its running steps. Anything invalid
- * or expired yields null: the server is then top-level (SPEC §4.8), and no error reveals why.
+ * or expired yields null: the server is then top-level (docs/contract.md, "Nesting and isolation"), and no error reveals why.
  */
 export function resolveNesting(env: NodeJS.ProcessEnv, layout: Layout): NestingContext | null {
   const secret = env.SUBAGENTS_BUDGET;
@@ -35,8 +34,8 @@ export function checkNesting(layout: Layout, parentRunId: string, secretHash: st
     const store = new RunStore(layout);
     const paths = store.paths(parentRunId);
     if (!fs.existsSync(paths.budgetFile(secretHash))) return null;
-    const grant = readJsonFile<{ stepKey: string }>(paths.budgetFile(secretHash));
-    const record = readJsonFile<RunRecord>(paths.record);
+    const grant = readStateFile<{ stepKey: string }>(paths.budgetFile(secretHash), ChildMarkerFile);
+    const record = readStateFile<RunRecord>(paths.record, RunRecordFile);
     const status = store.readStatus(parentRunId);
     if (!grant || !record || !status || isTerminalRun(status.state)) return null;
     const step = findStep(status.steps, grant.stepKey);
@@ -54,29 +53,4 @@ function findStep<T extends { key: string; members?: T[] }>(steps: T[], key: str
     if (m) return m;
   }
   return undefined;
-}
-
-/** Every nested run under `runId`, depth first (children markers are written before a nested runner starts). */
-export function descendants(store: RunStore, runId: string, seen = new Set<string>()): string[] {
-  const out: string[] = [];
-  for (const c of store.children(runId)) {
-    if (seen.has(c.runId)) continue;
-    seen.add(c.runId);
-    out.push(c.runId, ...descendants(store, c.runId, seen));
-  }
-  return out;
-}
-
-/**
- * Asks every active run under `runId` to stop at once (a cancel of a tree reaches all of it in one grace, instead of
- * one grace per level while each runner relays it). Each runner then ends its own run; unreachable ones are reconciled.
- */
-export function requestTreeCancel(store: RunStore, runId: string, reason: 'CANCELLED' | 'PARENT_ENDED'): void {
-  for (const id of descendants(store, runId)) {
-    try {
-      const s = store.readStatus(id);
-      if (!s || isTerminalRun(s.state)) continue;
-      writeFileAtomic(store.paths(id).cancelRequest, JSON.stringify({ at: new Date().toISOString(), reason }));
-    } catch { /* unreadable: its own reconciliation ends it */ }
-  }
 }

@@ -1,6 +1,6 @@
-import fs from 'node:fs';
 import { SubagentError } from '../errors.js';
-import { isRunDirNoise } from '../store/layout.js';
+import { watchRunDirs } from './run-files.js';
+import type { DirWatch } from '../wait.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { capacitySnapshot, releaseStaleRoots } from './capacity.js';
 import type { ManagerContext } from './context.js';
@@ -25,7 +25,7 @@ export type StatusAnswer =
 /** Runs a list answer carries inline (a summary is ~400 bytes: well under the 256 KiB inline cap). */
 export const LIST_MAX_RUNS = 200;
 
-/** Reads a status, reconciling it first if its runner is gone (SPEC §6: listings reconcile what they return). */
+/** Reads a status, reconciling it first if its runner is gone (docs/contract.md, "Run states": listings reconcile what they return). */
 export async function freshStatus(ctx: ManagerContext, runId: string): Promise<RunStatus> {
   let s = ctx.store.readStatus(runId);
   if (s && !isTerminalRun(s.state)) {
@@ -39,7 +39,7 @@ export async function freshStatus(ctx: ManagerContext, runId: string): Promise<R
 /** What a listing shows of a run's status (`summarize`). */
 type ListedStatus = Pick<RunStatus, 'state' | 'endedAt' | 'error'>;
 /**
- * The listed part of ended runs' statuses, kept for this process's life: terminal is final (SPEC §8.3), so a
+ * The listed part of ended runs' statuses, kept for this process's life: terminal is final (docs/contract.md, invariant 3), so a
  * session's ended runs are read once instead of on every list (200 status files per list in a large session).
  */
 const endedListed = new Map<string, ListedStatus>();
@@ -81,7 +81,7 @@ async function waitUntil(dirs: string[], waitMs: number, signal: AbortSignal, ch
   const start = performance.now();
   return new Promise<WaitInfo>((resolve) => {
     let done = false;
-    const watchers: fs.FSWatcher[] = [];
+    let watch: DirWatch | null = null;
     let checking = false;
     let again: CheckCause | null = null;
     const finish = (changed: boolean) => {
@@ -90,7 +90,7 @@ async function waitUntil(dirs: string[], waitMs: number, signal: AbortSignal, ch
       clearTimeout(timer);
       clearInterval(poll);
       clearInterval(progress);
-      for (const w of watchers) w.close();
+      watch?.close();
       signal.removeEventListener('abort', onAbort);
       resolve({ waitedMs: Math.round(performance.now() - start), changed });
     };
@@ -114,13 +114,7 @@ async function waitUntil(dirs: string[], waitMs: number, signal: AbortSignal, ch
     const poll = setInterval(() => void run('poll'), 1000);
     const progress = setInterval(() => onTick?.(performance.now() - start), 5000);
     signal.addEventListener('abort', onAbort, { once: true });
-    for (const d of dirs) {
-      try {
-        const w = fs.watch(d, (_event, name) => { if (!isRunDirNoise(name)) void run('event'); });
-        w.on('error', () => {});
-        watchers.push(w);
-      } catch { /* poll covers it */ }
-    }
+    watch = watchRunDirs(dirs, () => void run('event'));
     void run('first');
   });
 }

@@ -113,12 +113,12 @@ export interface RestoreResult {
   runs: RunSummary[];
 }
 
-/** The refusal of `restore` in a server started by an agent (SPEC §4.4: nested servers refuse it). */
+/** The refusal of `restore` in a server started by an agent (docs/contract.md, "Tools": nested servers refuse it). */
 export function nestedRestoreRefusal(): SubagentError {
   return new SubagentError('INVALID_INPUT', 'restore is not available to a nested server (one started by an agent of a run): it sees only the runs of its own run tree. Use status {} to list them; restore belongs to the top-level conversation\'s server.');
 }
 
-/** SPEC §4.4: adopt every non-dismissed run of the named sessions and their ancestors, and record the relation. */
+/** docs/contract.md, "Tools": adopt every non-dismissed run of the named sessions and their ancestors, and record the relation. */
 export async function restore(ctx: ManagerContext, view: SessionView, lineage: string[]): Promise<RestoreResult> {
   if (ctx.nesting) throw nestedRestoreRefusal();
   const all = listAll(ctx);

@@ -1,12 +1,12 @@
 import fs from 'node:fs';
 import { redactSecrets } from '../agents/adapters/shared.js';
-import { readTail } from '../runner/agent-process.js';
+import { readTail } from '../store/text-tail.js';
 import type { RunPaths } from '../store/layout.js';
 import { openStateFile } from '../store/state-file.js';
 import { isTerminalRun, type AppendRecord, type RunRecord, type RunStatus, type StepSpec, type StepStatus } from '../store/run-types.js';
-import { newStepStatus } from '../runner/step-status.js';
+import { newStepStatus } from '../store/step-status.js';
 import { fanoutSnapshot } from './capacity.js';
-import { descendants } from './nesting.js';
+import { descendants } from '../lifecycle/run-tree.js';
 import type { ManagerContext } from './context.js';
 import { isVisible, readMeta } from './listing.js';
 
@@ -130,7 +130,7 @@ function lastActivity(paths: RunPaths, status: RunStatus): string {
   return new Date(t).toISOString();
 }
 
-/** The full status of one run (SPEC §4.2), inline text bounded by `outputBytes` across the whole result. */
+/** The full status of one run (docs/contract.md, "Tools"), inline text bounded by `outputBytes` across the whole result. */
 export function renderRun(ctx: ManagerContext, record: RunRecord, status: RunStatus, outputBytes = DEFAULT_OUTPUT_BYTES): RunView {
   const paths = ctx.store.paths(record.runId);
   const appends = ctx.store.readAppends(record.runId);

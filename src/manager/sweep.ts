@@ -3,7 +3,7 @@ import type { ManagerContext } from './context.js';
 import { releaseStaleRoots } from './capacity.js';
 import { reconcileRun } from './reconcile.js';
 
-/** How often a live server reconciles every run of the state home (SPEC §6). */
+/** How often a live server reconciles every run of the state home (docs/contract.md, "Run states"). */
 export const SWEEP_INTERVAL_MS = 30_000;
 /**
  * The longest stretch of the sweep's reading between two turns of the event loop. A new server's first sweep reads

@@ -9,7 +9,6 @@ import { fallbackRoots } from '../manager/roots.js';
 import { realpathOrNull } from '../realpath.js';
 import { SessionView } from '../manager/sessions.js';
 import { Sweeper } from '../manager/sweep.js';
-import { selfIdentity } from '../process/identity.js';
 import { DASHBOARD_URI, readAppResource } from './app-resource.js';
 import { completeArgument, listResources, readResource, requireResource, RESOURCE_TEMPLATES } from './resources.js';
 import { refusal } from './results.js';
@@ -26,14 +25,14 @@ import { loadTool, TOOL_NAMES } from './tools/lazy.js';
 
 /** Builds the manager context of one server process. */
 export function buildContext(settings: Settings, env: NodeJS.ProcessEnv, clientRoots: () => string[] | null, log: (line: string) => void = () => {}): { ctx: ManagerContext; sessions: SessionView } {
-  const { layout, store } = makeStore(settings);
+  const { layout, store, server } = makeStore(settings);
   const sessionId = settings.sessionId ?? newSessionId();
   const sessions = new SessionView(settings.home, sessionId, layout.runsDir);
   const nesting = resolveNesting(env, layout);
   const explicit = settings.explicitRoots?.map(realpathOrNull).filter((r): r is string => r !== null) ?? null;
   const fallback = fallbackRoots(settings.cwd, env);
   const ctx: ManagerContext = {
-    settings, layout, store, sessionId, server: selfIdentity(), nesting, env, log,
+    settings, layout, store, sessionId, server, nesting, env, log,
     roots: () => explicit ?? clientRoots() ?? fallback,
     visibleSessions: () => sessions.visible(),
   };

@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto';
 import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type * as z from 'zod';
 import { SubagentError } from '../errors.js';
+import { peopleCommand } from '../invocation.js';
 
 /** A success: everything in structuredContent (some clients show the model only that), and the same as text. */
 export function success(value: Record<string, unknown>, text?: string): CallToolResult {
@@ -21,7 +22,7 @@ export function refusal(e: unknown, log: (line: string) => void): CallToolResult
     // Only the error's class and code: an error message may quote a command line or a path with user text in it.
     const kind = e instanceof Error ? `${e.name}${(e as NodeJS.ErrnoException).code ? ` ${(e as NodeJS.ErrnoException).code}` : ''}` : typeof e;
     log(`internal error ref=${ref}: ${kind}`);
-    err = new SubagentError('INTERNAL', `an internal error occurred (ref ${ref}); the server keeps serving. Retry, and if it repeats run \`subagents-mcp doctor\`.`);
+    err = new SubagentError('INTERNAL', `an internal error occurred (ref ${ref}); the server keeps serving. Retry, and if it repeats run \`${peopleCommand('doctor')}\`.`);
   }
   return { isError: true, content: [{ type: 'text', text: err.text }] };
 }

@@ -4,7 +4,8 @@ import type { ManagerContext } from '../manager/context.js';
 import { listVisible, listVisibleRuns, type RunMeta, type VisibleRun } from '../manager/listing.js';
 import { reconcileRun } from '../manager/reconcile.js';
 import { markAdoptedRuns } from '../manager/sessions.js';
-import { isRunDirNoise } from '../store/layout.js';
+import { watchRunDirs } from '../manager/run-files.js';
+import { DirWatch } from '../wait.js';
 import { isTerminalRun, type RunState } from '../store/run-types.js';
 import { runUri } from './resources.js';
 
@@ -38,7 +39,7 @@ export class RunWatcher {
   /** Subscribed URIs without their query, e.g. `subagents://runs/r-…/output`. */
   private readonly subscribed = new Set<string>();
   private readonly seen = new Map<string, Seen>();
-  private readonly watchers = new Map<string, fs.FSWatcher>();
+  private readonly watchers = new Map<string, DirWatch>();
   private timer: NodeJS.Timeout | null = null;
   private pending = false;
   private scanning = false;
@@ -79,11 +80,7 @@ export class RunWatcher {
       this.poke({ audit: ++polls % FULL_POLL_EVERY === 0, all: true });
     }, POLL_MS);
     this.timer.unref();
-    try {
-      const w = fs.watch(this.ctx.layout.runsDir, () => this.poke({ full: true }));
-      w.on('error', () => {});
-      this.watchers.set('*', w);
-    } catch { /* poll */ }
+    this.watchers.set('*', new DirWatch([this.ctx.layout.runsDir], () => true, () => this.poke({ full: true })));
     this.poke({ full: true, all: true });
   }
 
@@ -228,11 +225,7 @@ export class RunWatcher {
   private follow(runId: string, state: RunState): void {
     const w = this.watchers.get(runId);
     if (!isTerminalRun(state) && !w) {
-      try {
-        const nw = fs.watch(this.ctx.store.paths(runId).dir, (_e, name) => { if (!isRunDirNoise(name)) this.poke({ runId }); });
-        nw.on('error', () => {});
-        this.watchers.set(runId, nw);
-      } catch { /* poll */ }
+      this.watchers.set(runId, watchRunDirs([this.ctx.store.paths(runId).dir], () => this.poke({ runId })));
     } else if (isTerminalRun(state) && w) {
       w.close();
       this.watchers.delete(runId);

@@ -1,16 +1,13 @@
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
 import { loadSettings, type Settings } from '../config.js';
 import { newSessionId } from '../ids.js';
-import { seedAppearedRunIds } from '../manager/listing.js';
 import { setOriginalUmask } from '../manager/original-umask.js';
 import { realpathOrNull } from '../realpath.js';
-import { newSessionRecord, registerSession } from '../manager/session-record.js';
-import { Layout } from '../store/layout.js';
-import { SessionRegistry } from '../store/session-registry.js';
-import { openStateHome } from '../store/state-home.js';
+import { newSessionRecord } from '../manager/session-record.js';
+import { openHome, sessionRegistrar, settleLocksBeforeExit, stopSpawnerThread } from '../manager/state-home.js';
 import { createServer } from './server.js';
 
-/** How often the parent pid is checked: a server whose client vanished must not linger (SPEC §8.9). */
+/** How often the parent pid is checked: a server whose client vanished must not linger (docs/contract.md, invariant 9). */
 const PARENT_CHECK_MS = 500;
 /**
  * Shutdown, docs/clients.md: Claude Code sends SIGINT, SIGTERM 100 ms later and SIGKILL at 500 ms, and never closes
@@ -30,23 +27,21 @@ function log(line: string): void {
 export async function serve(flags: Record<string, string | string[] | undefined>, version: string): Promise<void> {
   setOriginalUmask(process.umask(0o077));
   let settings: Settings;
-  let opened: ReturnType<typeof openStateHome>;
   try {
     settings = loadSettings(process.env, flags);
-    opened = openStateHome(settings.home);
+    openHome(settings);
   } catch (e) {
     log((e as Error).message);
     process.exit(2);
   }
-  if (opened.runs) seedAppearedRunIds(new Layout(settings.home), opened.runs);
   let clientRoots: string[] | null = null;
   // One session id for the record written now and the core loaded later.
   const fresh = settings.sessionId === null; // made here: nothing in the home can name it yet
   settings = { ...settings, sessionId: settings.sessionId ?? newSessionId() };
-  const registry = new SessionRegistry(settings.home);
+  const registerRecord = sessionRegistrar(settings, fresh);
   let own = newSessionRecord(settings.sessionId!);
   const register = async (client: { name: string; version: string } | null) => {
-    try { own = await registerSession(registry, new Layout(settings.home).runsDir, own, client, { fresh }); } catch { /* the registry is best effort */ }
+    try { own = await registerRecord(own, client); } catch { /* the registry is best effort */ }
   };
   const shutdownController = new AbortController();
   // Restorable from its first answer that names it, even before it has runs: the core (every tool, every resource)
@@ -81,11 +76,11 @@ export async function serve(flags: Record<string, string | string[] | undefined>
     // Launches not yet told to proceed record their failure; runs already started are left alone.
     shutdownController.abort();
     // The spawner thread goes now, beside the rest: torn down by the exit instead, it cost tens of ms.
-    const spawner = import('../process/spawn-detached.js').then((m) => m.stopSpawner());
+    const spawner = stopSpawnerThread();
     setTimeout(() => process.exit(0), EXIT_BOUND_MS).unref();
     // No lock section is cut in half by the exit (one cut mid-acquisition would strand its lock: store/lock.ts).
     void handle.stop(ABANDON_WAIT_MS)
-      .then(() => import('../store/lock.js')).then((m) => m.settleLocks())
+      .then(() => settleLocksBeforeExit())
       .then(() => spawner)
       .finally(() => process.exit(0));
   };

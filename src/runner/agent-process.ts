@@ -1,5 +1,4 @@
 import { spawn } from 'node:child_process';
-import fs from 'node:fs';
 import path from 'node:path';
 import { adapterFor } from '../agents/adapters/index.js';
 import type { Invocation, ParsedResult } from '../agents/types.js';
@@ -205,23 +204,4 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
     outputWriteError,
     escaped,
   };
-}
-
-/** The last `bytes` of a file as text (for stderr tails and reports). */
-export function readTail(file: string, bytes: number): string {
-  try {
-    const opened = openStateFile(file, file);
-    if (opened === null) return '';
-    const { fd, size } = opened;
-    try {
-      const len = Math.min(size, bytes);
-      const buf = Buffer.alloc(len);
-      fs.readSync(fd, buf, 0, len, size - len);
-      return buf.toString('utf8');
-    } finally {
-      fs.closeSync(fd);
-    }
-  } catch {
-    return '';
-  }
 }

@@ -2,12 +2,13 @@
  * The detached runner: one per run, in its own process group, stdio to `runner.log`. Until it reports ready it loads
  * only Node built-ins (a launch waits for this), then it loads the supervisor while it waits to be told to proceed.
  */
+import fs from 'node:fs';
 import path from 'node:path';
 import { writeFileAtomic } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
 import { RunPaths } from '../store/layout.js';
 import { selfIdentity } from '../process/identity.js';
-import { waitForFile } from './wait-for-file.js';
+import { waitUntil } from '../wait.js';
 import { claimStartQuickly } from './claim-start.js';
 import { installClockJump } from './test-clock.js';
 import type { RunRecord } from '../store/run-types.js';
@@ -59,7 +60,10 @@ async function main(): Promise<number> {
     return 3;
   }
   // A server that never says proceed (it died, or gave up) must not leave us waiting: exit on our own.
-  const proceed = await waitForFile(paths.proceed, record.handshakeTimeoutMs);
+  const proceed = await waitUntil({
+    dirs: [paths.dir], filter: (name) => name === path.basename(paths.proceed), pollMs: 250, timeoutMs: record.handshakeTimeoutMs,
+    check: () => (fs.existsSync(paths.proceed) ? true : null),
+  });
   if (!proceed) {
     process.stderr.write('runner: not told to proceed within the handshake timeout; exiting without starting an agent\n');
     return 3;

@@ -4,7 +4,7 @@ import type { Layout, RunPaths } from '../store/layout.js';
 import type { AgentTaskSpec, RunIsolation, RunRecord, StepStatus } from '../store/run-types.js';
 import { stepBranch, stepWorktreeDir, stepWorktreeMarker, type WorktreeMarker } from '../store/worktree-paths.js';
 
-type WorktreeModule = typeof import('../process/worktree.js');
+type WorktreeModule = typeof import('../lifecycle/worktree.js');
 
 /** A step's worktree while its agent runs. */
 export interface StepWorktree {
@@ -45,7 +45,7 @@ export class StepWorktrees {
 
   private async load(): Promise<WorktreeModule> {
     if (this.mod === null) {
-      this.mod = await import('../process/worktree.js');
+      this.mod = await import('../lifecycle/worktree.js');
       (await import('../process/git.js')).setGitUmask(this.record.umask);
     }
     return this.mod;

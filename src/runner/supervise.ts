@@ -6,25 +6,27 @@ import { adapterFor } from '../agents/adapters/index.js';
 import { stderrReason } from '../agents/adapters/shared.js';
 import { agentSourceEnv, buildAgentEnv } from '../agents/agent-env.js';
 import type { ProcessIdentity } from '../process/identity.js';
-import { findRunProcesses, runnerGroups, signalVerified, terminateProcesses } from '../process/terminate.js';
+import { findRunProcesses, signalVerified, terminateProcesses } from '../process/terminate.js';
 import { diskFaultOf, ensurePrivateDir, removeStaleTemps, writeFileAtomic } from '../store/atomic-write.js';
-import { assertNoLinkBelowHome } from '../store/home-guard.js';
-import { readJsonFile } from '../store/json-file.js';
 import { Layout, type RunPaths } from '../store/layout.js';
-import { withLedger } from '../store/ledger.js';
+import { endRun, returnRunLedger, type EndState } from '../lifecycle/run-lifecycle.js';
 export { settleLocks } from '../store/lock.js';
 import { RunStore } from '../store/run-store.js';
-import { descendants, readyIdentity, runMayBeLive, safeRecord, safeStatus, treeIsLive } from '../store/run-tree.js';
 import {
-  isTerminalRun, isTerminalStep, type AgentTaskSpec, type RunRecord, type RunState, type RunStatus, type StepError,
+  isTerminalRun, type AgentTaskSpec, type RunRecord, type RunStatus, type StepError,
   type StepSpec, type StepStatus,
 } from '../store/run-types.js';
 import { SubagentError, isSubagentError, type RunErrorCode } from '../errors.js';
 import { MAIN_JS } from '../paths.js';
-import { readTail, runAgentProcess } from './agent-process.js';
-import { claimAgentSlot, releaseAgentSlot, releaseRunSlotsLocked, setAgentSlotProcess } from './agent-slots.js';
+import { watchForCancel } from './cancel-watch.js';
+import { runMembers } from './group-scheduler.js';
+import { isNestedRunner, settleChildren } from './children.js';
+import { NO_TEXT, once, publishRunOutput, substitute, type StepText } from './step-text.js';
+import { runAgentProcess } from './agent-process.js';
+import { readTail } from '../store/text-tail.js';
+import { claimAgentSlot, releaseAgentSlot, setAgentSlotProcess } from '../lifecycle/agent-slots.js';
+import { newStepStatus } from '../store/step-status.js';
 import { boundedStepText, writeJoinedOutput } from './joined-output.js';
-import { newStepStatus } from './step-status.js';
 import { StepWorktrees, type StepWorktree } from './step-worktrees.js';
 import { installStatusWriteFault } from './test-write-fault.js';
 
@@ -63,23 +65,22 @@ interface StepOutcome {
   error: StepError | null;
 }
 
-/**
- * A step's final text, left in the file that holds it: a large output is read into memory only when a later task
- * asks for `{previous}`, and becomes the run's output without being written a second time. A text over `cap` bytes
- * stands for its last `cap` bytes.
- */
-interface StepText {
-  file: string | null;
-  cap: number;
+
+/** What the process that supervises a run lets the supervision do to it. */
+export interface SuperviseHost {
+  /** The run's own detached runner: SIGTERM/SIGINT cancel the run, and the process lowers its priority after the end. */
+  processSignals: boolean;
 }
 
-const NO_TEXT: StepText = { file: null, cap: 0 };
+/** The detached runner (`runner/main.ts`): one run, the whole process. */
+export const RUNNER_HOST: SuperviseHost = { processSignals: true };
 
 /**
  * Claims the start (the server may have given up meanwhile) unless the runner's entry already did (`claimed`), then
- * executes the run to its terminal state.
+ * executes the run to its terminal state. `me` is the identity recorded as the run's runner: the process that
+ * supervises it, which need not be a detached runner of its own (`host`).
  */
-export async function supervise(record: RunRecord, paths: RunPaths, me: ProcessIdentity, claimed: RunStatus | null = null): Promise<number> {
+export async function supervise(record: RunRecord, paths: RunPaths, me: ProcessIdentity, claimed: RunStatus | null = null, host: SuperviseHost = RUNNER_HOST): Promise<number> {
   const layout = new Layout(path.dirname(path.dirname(paths.dir)));
   const store = new RunStore(layout);
   const started = claimed ?? await persistently(() => store.update(record.runId, (s) => (s.state === 'starting'
@@ -97,8 +98,9 @@ export async function supervise(record: RunRecord, paths: RunPaths, me: ProcessI
   }
   store.event(record.runId, { type: 'started', pid: me.pid });
   installStatusWriteFault(process.env.SUBAGENTS_TEST_FAULT, paths.dir);
-  stopRunOnCrash(record, me);
-  return new Executor(record, paths, store, layout, me, started).run();
+  // Only a process that is the run's own runner may exit on a crash; a host that shares its process keeps its own.
+  if (host.processSignals) stopRunOnCrash(record, me);
+  return new Executor(record, paths, store, layout, me, started, host).run();
 }
 
 /**
@@ -132,6 +134,7 @@ class Executor {
     private readonly layout: Layout,
     private readonly me: ProcessIdentity,
     private status: RunStatus,
+    private readonly host: SuperviseHost,
   ) {
     this.specs = [...record.steps];
     this.runId = record.runId;
@@ -156,9 +159,7 @@ class Executor {
             const ended = await persistently(() => this.store.withRunLock(this.runId, async () => {
               this.takeAppendsLocked();
               if (i < this.specs.length) return false;
-              // Slots first (lock order: run, then ledger): a client that sees the run ended can launch into its slot.
-              await this.releaseLedger();
-              this.commitLocked('completed', null, lastText);
+              await this.commitLocked('completed', null, lastText);
               return true;
             }));
             if (ended) break;
@@ -186,7 +187,7 @@ class Executor {
         if (!isTerminalRun(this.status.state)) {
           await this.sweepLeftovers();
           const reason = this.stopReason;
-          const state: RunState = reason === 'CANCELLED' || reason === 'PARENT_ENDED' ? 'cancelled' : 'failed';
+          const state: EndState = reason === 'CANCELLED' || reason === 'PARENT_ENDED' ? 'cancelled' : 'failed';
           const error: StepError = reason === 'TIMEOUT'
             ? { code: 'TIMEOUT', message: `the run exceeded its time limit of ${this.record.timeoutMs} ms` }
             : reason === 'CANCELLED' ? { code: 'CANCELLED', message: 'the run was cancelled' }
@@ -194,8 +195,7 @@ class Executor {
             : failure ?? { code: 'STEP_FAILED', message: 'a step failed' };
           await persistently(() => this.store.withRunLock(this.runId, async () => {
             this.takeAppendsLocked();
-            await this.releaseLedger();
-            this.commitLocked(state, error, lastText);
+            await this.commitLocked(state, error, lastText);
           }));
         }
       } catch (e) {
@@ -209,7 +209,7 @@ class Executor {
       if (runTimer) clearTimeout(runTimer);
       stopWatching();
     }
-    if (!this.ledgerReleased) await this.releaseLedger();
+    await this.retryLedgerReturn();
     this.store.event(this.runId, { type: 'ended', state: this.status.state });
     // Worktrees still there (a stopped step leaves its own) go after the end is published: deleting thousands of
     // files must not hold up a cancel's answer. The branches stay.
@@ -235,23 +235,12 @@ class Executor {
     };
     try {
       await persistently(() => this.store.withRunLock(this.runId, async () => {
-        await this.releaseLedger();
-        this.closeSteps();
-        const now = new Date().toISOString();
-        this.status = this.store.updateLocked(this.runId, () => ({ ...this.status, state: 'failed', error, endedAt: now }), { durable: true, repairFrom: this.status });
+        await this.endLocked('failed', error);
       }));
       return 0;
     } catch (e) {
       process.stderr.write(`runner: could not write status.json (${refusedWrite(e) ?? code}) to record the run failed either; exiting, reconciliation will end the run\n`);
       return 1;
-    }
-  }
-
-  /** Non-terminal steps and members end with the run: running ones cancelled, the rest skipped. */
-  private closeSteps(): void {
-    for (const st of this.status.steps) {
-      for (const m of st.members ?? []) if (!isTerminalStep(m.state)) m.state = m.state === 'running' ? 'cancelled' : 'skipped';
-      if (!isTerminalStep(st.state)) st.state = st.state === 'running' ? 'cancelled' : 'skipped';
     }
   }
 
@@ -277,22 +266,14 @@ class Executor {
     const groupAbort = new AbortController();
     const onRunAbort = () => groupAbort.abort();
     this.abort.signal.addEventListener('abort', onRunAbort, { once: true });
-    const queue = spec.members.map((_, j) => j);
-    const outcomes: Array<StepOutcome | null> = spec.members.map(() => null);
-    let stopLaunching = false;
-    const worker = async () => {
-      while (queue.length && !stopLaunching && !groupAbort.signal.aborted) {
-        const j = queue.shift()!;
-        const m = spec.members[j]!;
-        const o = await this.runAgent(members[j]!, m, substitute(m.task, previous), groupAbort.signal);
-        outcomes[j] = o;
-        if (!o.ok && spec.failFast) {
-          stopLaunching = true;
-          groupAbort.abort(); // running siblings are cancelled, unstarted ones skipped
-        }
-      }
-    };
-    await Promise.all(Array.from({ length: Math.min(spec.concurrency, spec.members.length) }, worker));
+    const outcomes = await runMembers(spec.members.length, spec.concurrency, groupAbort.signal, (j) => {
+      const m = spec.members[j]!;
+      return this.runAgent(members[j]!, m, substitute(m.task, previous), groupAbort.signal);
+    }, (o) => {
+      if (o.ok || !spec.failFast) return false;
+      groupAbort.abort(); // running siblings are cancelled, unstarted ones skipped
+      return true;
+    });
     this.abort.signal.removeEventListener('abort', onRunAbort);
     for (const m of members) if (m.state === 'pending') m.state = 'skipped';
     const failed = members.filter((m) => m.state === 'failed');
@@ -371,7 +352,7 @@ class Executor {
         signal,
         ...(worktree ? { cwd: worktree.cwd } : {}),
         delegateServer: spec.agent.delegate ? delegateServerFor(env) : undefined,
-        spare: (p) => this.isNestedRunner(st.key, p),
+        spare: (p) => isNestedRunner(this.store, this.runId, st.key, p),
         onStarted: (agent) => {
           st.process = agent;
           // Not awaited here (the agent is already running), but before the step ends: nothing outlives its step.
@@ -382,8 +363,8 @@ class Executor {
       budget.revoke();
       await Promise.all(recorded);
     }
-    await this.settleChildren(st.key);
-    // A single run's one slot goes back with the rest of its ledger entries at the run's end (releaseLedger, after
+    await settleChildren(this.store, this.runId, st.key, this.stopReason === 'CANCELLED' ? 'CANCELLED' : 'PARENT_ENDED');
+    // A single run's one slot goes back with the rest of its ledger entries at the run's end (endRun, after
     // the sweep of leftovers): one ledger section fewer per run, on the lock every run of the state home shares.
     if (this.record.mode !== 'single') await releaseAgentSlot(this.layout, slotKey).catch(() => {});
     st.exitCode = result.exitCode;
@@ -452,59 +433,6 @@ class Executor {
     return { secret, revoke: () => { try { fs.unlinkSync(file); } catch { /* gone */ } } };
   }
 
-  /** Whether `p` is the runner of a nested run launched from this step (identity from its status or ready report). */
-  private isNestedRunner(stepKey: string, p: ProcessIdentity): boolean {
-    for (const c of this.store.children(this.runId)) {
-      if (c.stepKey !== stepKey) continue;
-      const paths = this.store.paths(c.runId);
-      const ids = [safeStatus(this.store, c.runId)?.runner, (() => { try { return readJsonFile<ProcessIdentity>(paths.ready); } catch { return null; } })()];
-      if (ids.some((id) => id && id.pid === p.pid && id.startTime === p.startTime)) return true;
-    }
-    return false;
-  }
-
-  /**
-   * Nested runs of a step still active when its agent exited are cancelled, and the step waits until each has ended.
-   * No fixed bound: a bound let a root end, and free its capacity slot, with nested runs alive (a deep tree of agents
-   * that ignore SIGTERM takes a grace per level). The wait cannot hang on a dead process: a live child runner ends on
-   * its own (its agent gets SIGTERM, the grace, SIGKILL, and it waits for its own children the same way), so the wait
-   * ends with the leaves of the tree; a child whose runner is gone (identity-checked) has its leftovers stopped here,
-   * its own children taken into this wait, and its status left for reconciliation to record; one still starting is
-   * waited for only while its launch can still proceed (its server or its runner alive: both bound the handshake).
-   */
-  private async settleChildren(stepKey: string): Promise<void> {
-    const waiting = this.store.children(this.runId).filter((c) => c.stepKey === stepKey).map((c) => c.runId);
-    if (waiting.length === 0) return;
-    const reason = this.stopReason === 'CANCELLED' ? 'CANCELLED' : 'PARENT_ENDED';
-    const ask = (runId: string) => {
-      const s = safeStatus(this.store, runId);
-      if (s && isTerminalRun(s.state)) return;
-      try {
-        const file = this.store.paths(runId).cancelRequest;
-        // Asked again while it lives if the request is missing (a write that failed): never left to go on unasked.
-        if (!fs.existsSync(file)) writeFileAtomic(file, JSON.stringify({ at: new Date().toISOString(), reason }));
-      } catch { /* asked again on the next round */ }
-    };
-    for (let round = 0; waiting.length > 0; round++) {
-      for (const runId of [...waiting]) {
-        if (round % 10 === 0) ask(runId);
-        const s = safeStatus(this.store, runId);
-        if (s && isTerminalRun(s.state)) { waiting.splice(waiting.indexOf(runId), 1); continue; }
-        if (runMayBeLive(this.store, runId)) continue;
-        // Not terminal and nothing can end it from inside: its runner is gone, or its launch never started.
-        waiting.splice(waiting.indexOf(runId), 1);
-        const record = safeRecord(this.store, runId);
-        const runner = s?.runner ?? readyIdentity(this.store, runId);
-        if (record && runner) {
-          const find = () => findRunProcesses({ pgids: runnerGroups(runner), token: record.runToken, exclude: [process.pid] });
-          await terminateProcesses(find, record.killGraceMs);
-        }
-        for (const id of descendants(this.store, runId)) if (!waiting.includes(id)) { ask(id); waiting.push(id); }
-      }
-      if (waiting.length > 0) await sleep(100);
-    }
-  }
-
   private stop(reason: StopReason): void {
     if (this.stopReason) return;
     this.stopReason = reason;
@@ -512,29 +440,9 @@ class Executor {
     this.abort.abort();
   }
 
-  /** A cancel request is a file (the runner is the single writer of status); watched, with a slow poll behind it. */
+  /** The run stops at a cancel request (or, when this process is the runner, at SIGTERM/SIGINT). */
   private watchForCancel(): () => void {
-    const check = () => {
-      const req = (() => { try { return readJsonFile<{ reason?: string }>(this.paths.cancelRequest); } catch { return { reason: 'CANCELLED' }; } })();
-      if (req) this.stop(req.reason === 'PARENT_ENDED' ? 'PARENT_ENDED' : 'CANCELLED');
-    };
-    let watcher: fs.FSWatcher | undefined;
-    try {
-      watcher = fs.watch(this.paths.dir, (_e, name) => { if (!name || name.startsWith('cancel-request')) check(); });
-      watcher.on('error', () => {});
-    } catch { /* poll only */ }
-    const poll = setInterval(check, 500);
-    const onSignal = () => this.stop('CANCELLED');
-    process.on('SIGTERM', onSignal);
-    process.on('SIGINT', onSignal);
-    process.on('SIGHUP', () => {});
-    check();
-    return () => {
-      watcher?.close();
-      clearInterval(poll);
-      process.off('SIGTERM', onSignal);
-      process.off('SIGINT', onSignal);
-    };
+    return watchForCancel({ store: this.store, runId: this.runId, onStop: (reason) => this.stop(reason), processSignals: this.host.processSignals });
   }
 
   /** Every process of the run's group or carrying its token, except the runner itself: SIGTERM → grace → SIGKILL. */
@@ -572,17 +480,42 @@ class Executor {
     }
   }
 
-  /** Writes the terminal status (compare-and-set: a terminal state already stored wins) and the run's output. */
-  private commitLocked(state: RunState, error: StepError | null, lastText: StepText): void {
-    const now = new Date().toISOString();
-    this.closeSteps();
+  /** Writes the run's output and its terminal status (`endLocked`). Caller holds the run lock. */
+  private async commitLocked(state: EndState, error: StepError | null, lastText: StepText): Promise<void> {
     // The last step that ran: for a parallel run its one group, all members joined.
     publishRunOutput(lastText, this.paths.runOutput);
-    this.status = this.store.updateLocked(this.runId, () => ({ ...this.status, state, error, endedAt: now }), { durable: true, repairFrom: this.status });
+    await this.endLocked(state, error);
     // The end is published (fsynced) and the ledger returned: what is left (returning the run lock, the last event,
     // exiting) is bookkeeping, while the processes this write wakes (a long-poll's server and its client) answer on
     // the same cores. A runner whose ledger release failed keeps its priority: it retries that, and launches wait on it.
-    if (this.ledgerReleased) try { os.setPriority(19); } catch { /* not permitted: no matter */ }
+    if (this.ledgerReturned && this.host.processSignals) try { os.setPriority(19); } catch { /* not permitted: no matter */ }
+  }
+
+  /** What this runner's end did: whether it recorded it, and whether the run's ledger entries went back. */
+  private endedHere = false;
+  private ledgerReturned = false;
+
+  /**
+   * Ends the run (`endRun`: compare-and-set, open steps closed, slots and unstarted claims returned first). Caller
+   * holds the run lock. Retried whole by `persistently` after a refused write; the ledger is returned only once.
+   */
+  private async endLocked(state: EndState, error: StepError | null): Promise<void> {
+    const r = await endRun({ store: this.store, layout: this.layout }, this.record, { state, error }, { locked: true, runnerStatus: this.status, ledgerReturned: this.ledgerReturned });
+    this.ledgerReturned = r.ledgerReturned;
+    this.endedHere ||= r.ours;
+    this.status = r.status;
+    if (r.ledgerError) process.stderr.write(`runner: ledger release failed: ${(r.ledgerError as Error).message}\n`);
+  }
+
+  /** A ledger release that failed at the end is tried once more after the commit (capacity pruning is the last resort). */
+  private async retryLedgerReturn(): Promise<void> {
+    if (!this.endedHere || this.ledgerReturned || this.status.survivors.length > 0) return;
+    try {
+      await returnRunLedger({ store: this.store, layout: this.layout }, this.record, this.status);
+      this.ledgerReturned = true;
+    } catch (e) {
+      process.stderr.write(`runner: ledger release failed: ${(e as Error).message}\n`);
+    }
   }
 
   private async write(): Promise<void> {
@@ -601,32 +534,6 @@ class Executor {
       // Someone ended the run while we live (it cannot normally happen: others write only when we are gone).
       this.stop('CANCELLED');
     }
-  }
-
-  /** Returns the capacity slot (after the whole tree ended) and the fan-out claims of agents that never started. */
-  private ledgerReleased = false;
-
-  /** Idempotent; a failure is logged and retried once more after the commit. */
-  private async releaseLedger(): Promise<void> {
-    if (this.ledgerReleased) return;
-    let unstarted = 0;
-    for (const st of this.status.steps) {
-      if (st.members) unstarted += st.members.filter((m) => m.startedAt === null).length;
-      else if (st.startedAt === null) unstarted++;
-    }
-    await withLedger(this.layout, (l) => {
-      releaseRunSlotsLocked(l, this.runId); // a single run's agent slot, and slots a nested launch reserved that no agent took
-      const tree = l.trees[this.record.rootRunId];
-      if (tree && unstarted > 0) tree.used = Math.max(0, tree.used - unstarted);
-      // The root ends last (its steps waited for their nested runs), so its tree has normally ended by now. If a
-      // nested run still goes, or an agent of the tree still lives, the slot stays: capacity pruning returns it once
-      // this runner is gone and the tree has ended.
-      if (this.record.depth === 0 && !treeIsLive(l, this.store, this.runId)) {
-        delete l.roots[this.runId];
-        delete l.trees[this.runId];
-      }
-      this.ledgerReleased = true;
-    }).catch((e: unknown) => process.stderr.write(`runner: ledger release failed: ${(e as Error).message}\n`));
   }
 }
 
@@ -653,56 +560,6 @@ function withDetail(e: StepError, detail: string): StepError {
 function outputWriteMessage(stepKey: string, code: string, bytes: number): string {
   const what = code === 'ENOSPC' ? 'disk full' : code === 'EDQUOT' ? 'disk quota exceeded' : 'the disk refused the write';
   return `${what} while writing step ${stepKey}'s output (${code}); the agent's ${bytes} bytes of output were counted, and the stored copy was cut where the disk refused it. Free space in the state home and run it again`;
-}
-
-function substitute(task: string, previous: (() => string) | null): string {
-  if (previous === null || !task.includes('{previous}')) return task;
-  // One pass: text coming from the previous step is never scanned for `{previous}` again.
-  return task.split('{previous}').join(previous());
-}
-
-function once(f: () => string): () => string {
-  let v: string | undefined;
-  return () => (v ??= f());
-}
-
-function readStepText(t: StepText): string {
-  if (t.file === null) return '';
-  try {
-    const st = fs.statSync(t.file);
-    return st.size <= t.cap ? fs.readFileSync(t.file, 'utf8') : readTail(t.file, t.cap);
-  } catch {
-    return '';
-  }
-}
-
-/**
- * The run's output is the last step's text. Its file is linked in (a copy where links are refused): a 32 MiB output
- * was read into memory and written again, and the terminal status's fsync then flushed that second copy too.
- */
-function publishRunOutput(t: StepText, target: string): void {
-  assertNoLinkBelowHome(target);
-  let src: fs.Stats | null = null;
-  try { src = t.file === null ? null : fs.statSync(t.file); } catch { /* gone: an empty output */ }
-  if (src === null || src.size > t.cap) {
-    writeFileAtomic(target, readStepText(t), { durable: false });
-    return;
-  }
-  // Already linked (a retried commit): rename(2) between two links of one file does nothing and would leave the temp.
-  try { const cur = fs.statSync(target); if (cur.ino === src.ino && cur.dev === src.dev) return; } catch { /* not yet */ }
-  // Under a fresh name, then renamed over the target: a reader sees the old output or the new one, never a part.
-  const tmp = path.join(path.dirname(target), `.${path.basename(target)}.${process.pid}.${randomBytes(6).toString('hex')}.tmp`);
-  try {
-    try {
-      fs.linkSync(t.file!, tmp);
-    } catch {
-      fs.copyFileSync(t.file!, tmp, fs.constants.COPYFILE_EXCL);
-    }
-    fs.renameSync(tmp, target);
-  } catch (e) {
-    try { fs.unlinkSync(tmp); } catch { /* not made */ }
-    throw e;
-  }
 }
 
 /** The command that starts this same server, for `delegate: true` (the nesting variables travel in its env). */

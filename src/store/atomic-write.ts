@@ -7,7 +7,7 @@ import { assertNoLinkBelowHome } from './home-guard.js';
 const { O_CREAT, O_EXCL, O_WRONLY, O_NOFOLLOW, O_RDONLY, O_DIRECTORY } = fs.constants;
 
 export interface AtomicWriteOptions {
-  /** fsync file and directory: for acknowledgements, terminal transitions and shared ledgers (SPEC §8.1). */
+  /** fsync file and directory: for acknowledgements, terminal transitions and shared ledgers (docs/contract.md, invariant 1). */
   durable?: boolean;
   /**
    * With `durable`: also fsync the directory (default). A caller that builds a directory not yet visible and fsyncs
@@ -227,7 +227,7 @@ export function ensurePrivateDir(dir: string): boolean {
 }
 
 /**
- * `ensurePrivateDir` for a directory that will hold acknowledged files (SPEC §8.1): its name is fsynced in the
+ * `ensurePrivateDir` for a directory that will hold acknowledged files (docs/contract.md, invariant 1): its name is fsynced in the
  * parent, or a crash of the machine could lose it with the durable file inside. Also when it already existed: another
  * process may have made it a moment ago and not have fsynced the parent yet (two nested launches from one run).
  */

@@ -12,7 +12,7 @@ export interface RunEvent {
 }
 
 /**
- * Appends one JSON line. Logs are not acknowledgements, so no fsync (SPEC §8.1). A line is written by a single
+ * Appends one JSON line. Logs are not acknowledgements, so no fsync (docs/contract.md, invariant 1). A line is written by a single
  * write(2) on an O_APPEND descriptor, so concurrent writers never interleave inside a line.
  */
 export function appendEvent(file: string, event: Omit<RunEvent, 'ts'>): void {

@@ -1,7 +1,6 @@
-import { writeFileAtomicAsync } from './atomic-write.js';
-import { readJsonFile } from './json-file.js';
+import { Low } from 'lowdb';
+import { LedgerFile, readStateFile, StateFileAdapter } from './state-files.js';
 import type { Layout } from './layout.js';
-import { rebuildLedger } from './ledger-rebuild.js';
 import { withLock } from './lock.js';
 import type { ProcessIdentity } from '../process/identity.js';
 
@@ -44,6 +43,12 @@ export interface Ledger {
 
 const empty = (): Ledger => ({ v: 1, roots: {}, trees: {}, agents: {} });
 
+/**
+ * Makes a ledger from the runs of the state home, for a ledger.json that does not parse. It judges which runs live,
+ * which is not the store's to decide: the caller passes it (src/lifecycle/ledger.ts).
+ */
+export type LedgerRebuild = (ledgerFile: string) => Ledger;
+
 interface PendingChange {
   fn: (l: Ledger) => unknown;
   durable: boolean;
@@ -58,7 +63,7 @@ const draining = new Set<string>();
 /**
  * Read-modify-write of the ledger under the state home's ledger lock. `fn` works on a copy; the copy is written back
  * (fsynced: capacity is an acknowledgement) only if it changed. A ledger that does not parse is rebuilt from the runs
- * of the state home (`rebuildLedger`: live runs' slots and their trees' budgets; empty when nothing lives, as after a
+ * of the state home (`rebuild`, e.g. `rebuildLedger`: live runs' slots and their trees' budgets; empty when nothing lives, as after a
  * crash of the machine) and written back. `durable: false` is for changes nobody is acknowledged
  * (agent slots): they are pruned by liveness, and after a crash of the machine no agent lives.
  *
@@ -67,17 +72,17 @@ const draining = new Set<string>();
  * eight fsynced writes (~8 ms each with the runners' writes in the same journal) in a row, and the lock is the one
  * every run of the state home shares. A change whose `fn` throws is undone alone; the others of its batch stand.
  */
-export function withLedger<T>(layout: Layout, fn: (l: Ledger) => T, options: { durable?: boolean } = {}): Promise<T> {
+export function withLedgerFile<T>(layout: Layout, rebuild: LedgerRebuild, fn: (l: Ledger) => T, options: { durable?: boolean } = {}): Promise<T> {
   const file = layout.ledgerFile;
   return new Promise<T>((resolve, reject) => {
     let queue = pending.get(file);
     if (!queue) pending.set(file, (queue = []));
     queue.push({ fn, durable: options.durable ?? true, resolve: resolve as (v: unknown) => void, reject });
-    if (!draining.has(file)) void drain(file);
+    if (!draining.has(file)) void drain(file, rebuild);
   });
 }
 
-async function drain(file: string): Promise<void> {
+async function drain(file: string, rebuild: LedgerRebuild): Promise<void> {
   draining.add(file);
   try {
     const queue = pending.get(file)!;
@@ -88,7 +93,7 @@ async function drain(file: string): Promise<void> {
         await withLock(file, async () => {
           // Taken once the lock is ours: what arrived while we waited for it joins this section.
           batch = queue.splice(0);
-          outcomes = await applyAll(file, batch);
+          outcomes = await applyAll(file, batch, rebuild);
         }, { what: 'capacity ledger' });
       } catch (e) {
         // No section (the lock stayed busy, the write failed): every change of the batch is refused alike.
@@ -106,17 +111,20 @@ async function drain(file: string): Promise<void> {
   }
 }
 
-async function applyAll(file: string, batch: PendingChange[]): Promise<Array<{ ok: true; value: unknown } | { ok: false; error: unknown }>> {
-  let ledger: Ledger;
+async function applyAll(file: string, batch: PendingChange[], rebuild: LedgerRebuild): Promise<Array<{ ok: true; value: unknown } | { ok: false; error: unknown }>> {
+  let durable = false;
+  // A lowdb document over ledger.json: read through its schema, written by the atomic writer (we hold its lock).
+  const doc = new Low<Ledger>(new StateFileAdapter<Ledger>(file, LedgerFile, 'ledger.json', () => ({ durable })), empty());
   let before = '';
   try {
-    ledger = readJsonFile<Ledger>(file, 'ledger.json') ?? empty();
-    before = JSON.stringify(ledger);
+    await doc.read();
+    before = JSON.stringify(doc.data);
   } catch {
-    ledger = rebuildLedger(file);
+    doc.data = rebuild(file);
   }
+  let ledger = doc.data;
   let current = JSON.stringify(ledger); // differs from `before` only for a rebuilt ledger: it is written back
-  let durable = current !== before;
+  durable = current !== before;
   const outcomes = batch.map((c) => {
     try {
       const value = c.fn(ledger);
@@ -130,19 +138,17 @@ async function applyAll(file: string, batch: PendingChange[]): Promise<Array<{ o
   });
   // A failed write throws out of the section: no change of the batch is acknowledged. Its fsyncs are on the thread
   // pool: the lock is held meanwhile, this process's event loop is not (and what arrives meanwhile is the next batch).
-  if (current !== before) await writeFileAtomicAsync(file, current, { durable });
+  if (current !== before) {
+    doc.data = ledger;
+    await doc.write();
+  }
   return outcomes;
-}
-
-/** A lock-free read; a damaged ledger is rebuilt as a snapshot (the next change under the lock writes the rebuild back). */
-export function readLedger(layout: Layout): Ledger {
-  return peekLedger(layout) ?? rebuildLedger(layout.ledgerFile);
 }
 
 /** A lock-free read that never rebuilds: null for a damaged ledger (the next section under the lock rebuilds it). */
 export function peekLedger(layout: Layout): Ledger | null {
   try {
-    return readJsonFile<Ledger>(layout.ledgerFile, 'ledger.json') ?? empty();
+    return readStateFile<Ledger>(layout.ledgerFile, LedgerFile, 'ledger.json') ?? empty();
   } catch {
     return null;
   }

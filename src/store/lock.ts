@@ -2,9 +2,11 @@ import fs from 'node:fs';
 import path from 'node:path';
 import lockfile from 'proper-lockfile';
 import { SubagentError } from '../errors.js';
+import { DirWatch } from '../wait.js';
+import { lockDirOf } from './lock-dir.js';
 
 export interface LockOptions {
-  /** How long to wait for the lock before answering BUSY (SPEC §6: at most 5 s). */
+  /** How long to wait for the lock before answering BUSY (docs/contract.md, "Run states": at most 5 s). */
   waitMs?: number;
   /** A holder that stops refreshing the lock for this long is presumed dead. */
   staleMs?: number;
@@ -54,7 +56,7 @@ async function lockSection<T>(target: string, fn: () => T | Promise<T>, options:
   const deadline = performance.now() + waitMs;
   let release: (() => void) | undefined;
   let delay = 2;
-  let released: LockReleaseWatch | null = null;
+  let released: DirWatch | null = null;
   try {
     for (;;) {
       if (closing) throw new SubagentError('BUSY', 'this process is exiting; the lock was not taken.');
@@ -97,32 +99,9 @@ async function lockSection<T>(target: string, fn: () => T | Promise<T>, options:
   }
 }
 
-interface LockReleaseWatch {
-  /** Resolves at the next removal of the lock directory, or after `maxMs`. */
-  next(maxMs: number): Promise<void>;
-  close(): void;
-}
-
-function watchRelease(target: string): LockReleaseWatch {
-  const lockName = `${path.basename(target)}.lock`; // proper-lockfile's default lock path
-  const lockDir = path.join(path.dirname(target), lockName);
-  let wake: (() => void) | null = null;
-  let missed = false; // a removal seen between two waits: the next wait returns at once
-  let watcher: fs.FSWatcher | null = null;
-  try {
-    watcher = fs.watch(path.dirname(target), (_event, name) => {
-      // Its creation is an event too (and so is a competitor's take-over): only a free lock is worth a try.
-      if (name !== lockName || fs.existsSync(lockDir)) return;
-      if (wake) wake(); else missed = true;
-    });
-    watcher.on('error', () => {});
-  } catch { /* the back-off alone */ }
-  return {
-    next: (maxMs) => new Promise<void>((resolve) => {
-      if (missed) { missed = false; resolve(); return; }
-      const timer = setTimeout(() => { wake = null; resolve(); }, maxMs);
-      wake = () => { clearTimeout(timer); wake = null; resolve(); };
-    }),
-    close: () => watcher?.close(),
-  };
+/** Wakes a waiter at the next removal of the lock directory (its creation, or a take-over, is no reason to try). */
+function watchRelease(target: string): DirWatch {
+  const lockDir = lockDirOf(target);
+  const lockName = path.basename(lockDir);
+  return new DirWatch([path.dirname(target)], (name) => name === lockName && !fs.existsSync(lockDir));
 }

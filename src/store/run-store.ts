@@ -6,7 +6,7 @@ import { isRunId } from '../ids.js';
 import { ensureDurablePrivateDir, fsyncDirAsync, fsyncFiles, writeFileAtomic, writeNewFile } from './atomic-write.js';
 import { fsPort } from './fs-port.js';
 import { appendEvent } from './event-log.js';
-import { readJsonFile } from './json-file.js';
+import { AppendFile, ChildMarkerFile, readStateFile, RunRecordFile, RunStatusFile } from './state-files.js';
 import { Layout, RunPaths } from './layout.js';
 import { withLock } from './lock.js';
 import { isTerminalRun, type AppendRecord, type RunRecord, type RunStatus } from './run-types.js';
@@ -49,7 +49,7 @@ export class RunStore {
    * wait for that write, and their fsyncs run beside the ledger's. No subdirectory: each is made by its first writer
    * (`out/`, `prompts/`, `budget/` by the runner, `appends/` and `children/` by a run's first append or nested launch).
    * Every inode a launch creates costs kernel CPU, on an ext4 without a journal (this machine kind) up to ~0.75 ms
-   * each, and eight launches prepare one after the other on this thread (docs/performance.md, eighth session).
+   * each, and eight launches prepare one after the other on this thread (docs/performance.md, "What limits each figure").
    */
   prepare(record: RunRecord, status: RunStatus, extra: Record<string, string> = {}): PreparedRun {
     // Built under a hidden temp name and renamed into place: a server killed mid-create leaves no half-record (a run
@@ -106,16 +106,12 @@ export class RunStore {
   }
 
   readRecord(runId: string): RunRecord | null {
-    return readJsonFile<RunRecord>(this.paths(runId).record, `run.json of ${runId}`);
+    return readStateFile<RunRecord>(this.paths(runId).record, RunRecordFile, `run.json of ${runId}`);
   }
 
   readStatus(runId: string): RunStatus | null {
-    const s = readJsonFile<RunStatus>(this.paths(runId).status, `status.json of ${runId}`);
-    // Parsing is not enough: a file that is JSON but not a status (null, [], a stranger's object) is damage too.
-    if (s !== null && !looksLikeStatus(s)) {
-      throw new SubagentError('STATE_CORRUPT', `status.json of ${runId} parses but is not a run status (no state or steps); the file is damaged. Other runs are unaffected; inspect or remove it.`);
-    }
-    return s;
+    // Parsing is not enough: a file that is JSON but not a status ([], a stranger's object) is damage too.
+    return readStateFile<RunStatus>(this.paths(runId).status, RunStatusFile, `status.json of ${runId}`);
   }
 
   /** Runs `fn` holding the run's lock: every status write and every append decision happen under it. */
@@ -173,13 +169,13 @@ export class RunStore {
     } catch { /* none */ }
     const out: AppendRecord[] = [];
     for (const n of names) {
-      const rec = readJsonFile<AppendRecord>(path.join(dir, n), `append ${n} of ${runId}`);
+      const rec = readStateFile<AppendRecord>(path.join(dir, n), AppendFile, `append ${n} of ${runId}`);
       if (rec) out.push(rec);
     }
     return out;
   }
 
-  /** Durable before `append` answers (SPEC §8.1). Caller holds the run lock. */
+  /** Durable before `append` answers (docs/contract.md, invariant 1). Caller holds the run lock. */
   writeAppend(runId: string, rec: AppendRecord): void {
     ensureDurablePrivateDir(this.paths(runId).appendsDir); // made by the run's first append
     writeFileAtomic(this.paths(runId).appendFile(rec.seq), JSON.stringify(rec));
@@ -204,7 +200,7 @@ export class RunStore {
     for (const n of names) {
       const m = /^(r-[A-Za-z0-9_-]{24})\.json$/.exec(n);
       if (!m) continue;
-      const rec = readJsonFile<{ stepKey: string }>(path.join(dir, n));
+      const rec = readStateFile<{ stepKey: string }>(path.join(dir, n), ChildMarkerFile);
       if (rec) out.push({ runId: m[1]!, stepKey: rec.stepKey });
     }
     return out;
@@ -220,12 +216,4 @@ export class RunStore {
       appendEvent(this.paths(runId).events, event);
     } catch { /* the event log is best effort; status is the record */ }
   }
-}
-
-const RUN_STATES = new Set(['starting', 'running', 'completed', 'failed', 'cancelled']);
-
-function looksLikeStatus(v: unknown): v is RunStatus {
-  if (typeof v !== 'object' || v === null || Array.isArray(v)) return false;
-  const s = v as Partial<RunStatus>;
-  return typeof s.state === 'string' && RUN_STATES.has(s.state) && Array.isArray(s.steps) && Array.isArray(s.survivors ?? []);
 }

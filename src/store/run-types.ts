@@ -21,7 +21,7 @@ export type StepSpec =
   | ({ kind: 'agent' } & AgentTaskSpec)
   | { kind: 'group'; members: AgentTaskSpec[]; concurrency: number; failFast: boolean };
 
-/** Limits of a run tree, fixed when its root is launched (SPEC §2). */
+/** Limits of a run tree, fixed when its root is launched (docs/contract.md, "Settings"). */
 export interface TreeLimits {
   maxSpawns: number;
   maxDepth: number;

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { createFileExclusive, writeFileAtomic, ensureDurablePrivateDir, ensurePrivateDir, fsyncDir } from './atomic-write.js';
 import { readJsonFile } from './json-file.js';
+import { readStateFile, SessionRecordFile } from './state-files.js';
 
 /**
  * One session's record. Servers sharing a session id (SUBAGENTS_SESSION_ID) write the same file: every
@@ -101,9 +102,8 @@ export class SessionRegistry {
     const f = this.file(id);
     if (!f) return null;
     try {
-      const rec = readJsonFile<SessionRecord>(f);
-      // Parses but is not a record (e.g. `null` or `[]` written over it): as damaged.
-      return rec && typeof rec === 'object' && Array.isArray(rec.ancestors) ? rec : null;
+      // Parses but is not a record (e.g. `[]` written over it): as damaged.
+      return readStateFile<SessionRecord>(f, SessionRecordFile);
     } catch {
       return null; // damaged: callers rebuild what they need from the run records
     }
@@ -132,7 +132,7 @@ export class SessionRegistry {
 
   /**
    * Record files that exist but do not parse as a session record: read() treats them as lost and callers rebuild
-   * around them silently (SPEC §8.6), so `doctor` names them here.
+   * around them silently (docs/contract.md, invariant 6), so `doctor` names them here.
    */
   damaged(): string[] {
     const out: string[] = [];

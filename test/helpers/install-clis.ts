@@ -50,11 +50,19 @@ export async function installClis(names: CliName[] = Object.keys(CLI_PACKAGES) a
 
 export async function installCli(name: CliName): Promise<InstalledCli> {
   const { pkg, version, bin } = CLI_PACKAGES[name];
-  const prefix = path.join(cliCacheDir(), name);
+  return { name, ...(await installPackage(name, pkg, version, bin)) };
+}
+
+/**
+ * Installs (or reuses) one registry package into its own folder of the cache, `<cache>/<dir>`; `bin` names the
+ * executable it puts in node_modules/.bin. Never throws: a package that cannot be had comes back with `problem`.
+ */
+export async function installPackage(dir: string, pkg: string, version: string, bin: string): Promise<Omit<InstalledCli, 'name'>> {
+  const prefix = path.join(cliCacheDir(), dir);
   const binPath = path.join(prefix, 'node_modules', '.bin', bin);
   const started = Date.now();
   if (installedVersion(prefix, pkg) === version && existsSync(binPath)) {
-    return { name, bin: binPath, version, installed: false, ms: Date.now() - started };
+    return { bin: binPath, version, installed: false, ms: Date.now() - started };
   }
   // A half-written or other-version install is replaced whole.
   rmSync(prefix, { recursive: true, force: true });
@@ -66,10 +74,10 @@ export async function installCli(name: CliName): Promise<InstalledCli> {
   );
   const ms = Date.now() - started;
   if (npm.code === 0 && installedVersion(prefix, pkg) === version && existsSync(binPath)) {
-    return { name, bin: binPath, version, installed: true, ms };
+    return { bin: binPath, version, installed: true, ms };
   }
   const why = npm.timedOut ? `npm install timed out after ${INSTALL_TIMEOUT_MS / 1000} s` : `npm install exited ${npm.code}`;
-  return { name, version, installed: false, ms, problem: `${pkg}@${version}: ${why}: ${npm.output.trim().split('\n').slice(-3).join(' | ')}` };
+  return { version, installed: false, ms, problem: `${pkg}@${version}: ${why}: ${npm.output.trim().split('\n').slice(-3).join(' | ')}` };
 }
 
 function installedVersion(prefix: string, pkg: string): string | undefined {

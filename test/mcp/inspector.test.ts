@@ -3,17 +3,20 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { MAIN_JS, REPO, FIXTURE_AGENTS } from '../helpers/paths.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
+import { INSTALL_TIMEOUT_MS } from '../helpers/install-clis.js';
+import { inspector as inspectorCli, node24 } from '../helpers/node-lines.js';
 
 /**
  * The MCP Inspector CLI (a client we did not write) against the built server: `--strict` lints the published schemas
- * for portability; exit codes are 0 on success, 5 when a tool answers isError.
+ * for portability; exit codes are 0 on success, 5 when a tool answers isError. The Inspector asks for Node ≥ 22.19, so
+ * it is installed into the test cache and run on Node 24 (test/helpers/node-lines.ts), not kept as a devDependency.
  */
-function inspector(args: string[], env: Record<string, string>, o: { viaNpx?: boolean } = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+let tool: { node: string; cli: string };
+
+function inspector(args: string[], env: Record<string, string>): Promise<{ code: number; stdout: string; stderr: string }> {
   const envArgs = Object.entries(env).flatMap(([k, v]) => ['-e', `${k}=${v}`]);
-  // The local bin directly (what `npx mcp-inspector` resolves to) saves npm's own start-up; one test goes through npx.
-  const [cmd, pre] = o.viaNpx ? ['npx', ['--no-install', 'mcp-inspector']] : [path.join(REPO, 'node_modules', '.bin', 'mcp-inspector'), []];
   return new Promise((resolve) => {
-    execFile(cmd, [...pre, '--cli', ...args, ...envArgs], { cwd: REPO, timeout: 50_000, env: { ...process.env, NO_COLOR: '1' } },
+    execFile(tool.node, [tool.cli, '--cli', ...args, ...envArgs], { cwd: REPO, timeout: 50_000, env: { ...process.env, NO_COLOR: '1' } },
       (err, stdout, stderr) => resolve({ code: err ? (typeof err.code === 'number' ? err.code : -1) : 0, stdout, stderr }));
   });
 }
@@ -21,11 +24,15 @@ function inspector(args: string[], env: Record<string, string>, o: { viaNpx?: bo
 describe('MCP Inspector CLI', () => {
   let t: ReturnType<typeof tempStateHome>;
   let env: Record<string, string>;
-  beforeAll(() => {
+  beforeAll(async () => {
+    const [node, cli] = await Promise.all([node24(), inspectorCli()]);
+    if (!cli.bin) throw new Error(`the MCP Inspector could not be installed: ${cli.problem}`);
+    // Without Node 24 for this platform, the running Node (the Inspector mostly works on 20, unsupported).
+    tool = { node: node.bin ?? process.execPath, cli: cli.bin };
     t = tempStateHome();
     writeAgent(path.join(t.home, 'agents'), 'echo', { backend: 'command', command: ['node', path.join(FIXTURE_AGENTS, 'fake-agent.mjs'), 'echo'] });
     env = { SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root };
-  });
+  }, INSTALL_TIMEOUT_MS * 2);
   afterAll(() => t.cleanup());
 
   it('tools/list --strict exits 0', async () => {
@@ -35,7 +42,7 @@ describe('MCP Inspector CLI', () => {
   });
 
   it('runs from mcp.json (--config mcp.json --server subagents) at the repo root', async () => {
-    const r = await inspector(['--config', 'mcp.json', '--server', 'subagents', '--method', 'tools/list', '--format', 'json', '-q'], env, { viaNpx: true });
+    const r = await inspector(['--config', 'mcp.json', '--server', 'subagents', '--method', 'tools/list', '--format', 'json', '-q'], env);
     expect(r.code, r.stderr).toBe(0);
     const names = (JSON.parse(r.stdout) as { result: { tools: Array<{ name: string }> } }).result.tools.map((x) => x.name).sort();
     expect(names).toEqual(['agents', 'append', 'cancel', 'dashboard', 'dismiss', 'launch', 'restore', 'status']);

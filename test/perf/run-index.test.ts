@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { loadSettings } from '../../src/config.js';
-import { listVisibleRuns } from '../../src/manager/listing.js';
+import { listingTiming, listVisibleRuns } from '../../src/manager/listing.js';
 import { buildContext } from '../../src/mcp/core.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 import { sc, startServer, waitTerminal, type Started } from '../helpers/server.js';
@@ -65,13 +65,18 @@ describe('run index', () => {
     expect(ids(ctxB)).toEqual([]);
     const ra = sc(await a.call('launch', { agent: 'instant', task: 'x' })).runId as string;
     await waitTerminal(a, ra);
-    // Old enough that its directory's signature is kept; past the delay between two reads of runs/.
+    // Old enough that its directory's signature is kept; no delay between two reads of runs/ (this process only).
     const hourAgo = new Date(Date.now() - 3600_000);
     fs.utimesSync(path.join(t.home, 'runs', ra), hourAgo, hourAgo);
-    await new Promise((r) => setTimeout(r, 2_100));
-    expect(ids(ctxA)).toEqual([ra]);
-    expect(ids(ctxA)).toEqual([ra]); // now from what it kept
-    expect(ids(ctxB)).toEqual([]);
+    const rescanMs = listingTiming.appearedRescanMs;
+    listingTiming.appearedRescanMs = 0;
+    try {
+      expect(ids(ctxA)).toEqual([ra]);
+      expect(ids(ctxA)).toEqual([ra]); // now from what it kept
+      expect(ids(ctxB)).toEqual([]);
+    } finally {
+      listingTiming.appearedRescanMs = rescanMs;
+    }
   });
 
   it('lists a run directory that appears without an index line (copied in, or an older version\'s) once runs/ is re-read', async () => {

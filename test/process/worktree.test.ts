@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { git, GitError } from '../../src/process/git.js';
 import {
   addWorktree, changeStats, commitAll, removeRunWorktrees, removeWorktree, repoOf, resolveCommit, NotIsolatable,
-} from '../../src/process/worktree.js';
+} from '../../src/lifecycle/worktree.js';
 import { stepBranch, stepWorktreeDir, stepWorktreeMarker } from '../../src/store/worktree-paths.js';
 import { branchesLike, changedFiles, checkoutState, extraWorktrees, gitIn, makeRepo } from '../helpers/git-repo.js';
 import { tempStateHome } from '../helpers/state-home.js';

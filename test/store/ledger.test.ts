@@ -7,7 +7,8 @@ import { promisify } from 'node:util';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { overrideFsPort } from '../../src/store/fs-port.js';
 import { Layout } from '../../src/store/layout.js';
-import { readLedger, withLedger, type Ledger } from '../../src/store/ledger.js';
+import { readLedger, withLedger } from '../../src/lifecycle/ledger.js';
+import type { Ledger } from '../../src/store/ledger.js';
 import { REPO } from '../helpers/paths.js';
 
 const run = promisify(execFile);
@@ -68,7 +69,7 @@ describe('withLedger', () => {
   });
 
   it('is exact across processes: concurrent batches of four processes lose no change', async () => {
-    const ledgerJs = pathToFileURL(path.join(REPO, 'dist', 'store', 'ledger.js')).href;
+    const ledgerJs = pathToFileURL(path.join(REPO, 'dist', 'lifecycle', 'ledger.js')).href;
     const layoutJs = pathToFileURL(path.join(REPO, 'dist', 'store', 'layout.js')).href;
     // Each process asks for 25 changes at once (so they batch), 4 times over; every change is one counter increment.
     const script = `

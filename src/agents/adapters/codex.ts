@@ -71,7 +71,7 @@ function buildCodexInvocation(ctx: InvocationContext): Invocation {
 /**
  * The delegate server as `mcp_servers.subagents.*` overrides. Its environment is passed by name (`env_vars`), not by
  * value: the nesting variables hold a step secret, and argv is readable by every local user. The runner gives the
- * agent the same variables (SPEC §4.8), so Codex forwards them from its own environment.
+ * agent the same variables (docs/contract.md, "Nesting and isolation"), so Codex forwards them from its own environment.
  */
 function delegateConfig(server: NonNullable<InvocationContext['delegateServer']>): string[] {
   const key = `mcp_servers.${DELEGATE_SERVER_NAME}`;

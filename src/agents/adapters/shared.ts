@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { InvocationContext, Usage } from '../types.js';
 
-/** The name this server takes in a child CLI's MCP configuration (SPEC §1: MCP server name `subagents`). */
+/** The name this server takes in a child CLI's MCP configuration (docs/contract.md, "What it is": MCP server name `subagents`). */
 export const DELEGATE_SERVER_NAME = 'subagents';
 
 /**

@@ -1,6 +1,6 @@
 // The dashboard's page: the run tree and the run page, drawn from the JSON the backend gives. Every text that came
 // from a run (labels, agent names, output, events, errors) goes into the DOM as text nodes, never as HTML.
-import { formatDuration } from '../../cli/format.js';
+import { formatDuration } from '../../format.js';
 import type { Backend, Change, Gauges, ListPage, ListQuery, RunDetail, RunRow, StepView, TreeNode } from './types.js';
 
 type Child = Node | string | null | undefined | false;

@@ -5,7 +5,7 @@ import { ensurePrivateDir, writeFileAtomic } from '../store/atomic-write.js';
 import { withLock } from '../store/lock.js';
 import { readJsonFile } from '../store/json-file.js';
 import { runWorktreesDir, type WorktreeMarker } from '../store/worktree-paths.js';
-import { git, GitError } from './git.js';
+import { git, GitError } from '../process/git.js';
 
 /**
  * Git worktrees for isolated steps: made from a base commit on a branch of their own, committed when the step ends,

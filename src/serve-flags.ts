@@ -1,5 +1,6 @@
 import { parseArgs } from 'node:util';
-import { flagName } from '../config.js';
+import { flagName } from './config.js';
+import { peopleCommand } from './invocation.js';
 
 /** Every SUBAGENTS_* setting's flag (`--max-active-runs 4`), plus repeatable `--root`. */
 export const SETTING_ENV_NAMES = [
@@ -21,7 +22,7 @@ export function parseServeFlags(args: string[]): Record<string, string | string[
   try {
     ({ values } = parseArgs({ args, options: settingOptions(), strict: true, allowPositionals: false }));
   } catch (e) {
-    process.stderr.write(`subagents-mcp: ${(e as Error).message}\nRun subagents-mcp --help for the options.\n`);
+    process.stderr.write(`subagents-mcp: ${(e as Error).message}\nRun ${peopleCommand('--help')} for the options.\n`);
     process.exit(2);
   }
   const out: Record<string, string | string[] | undefined> = {};

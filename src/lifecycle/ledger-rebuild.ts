@@ -1,10 +1,10 @@
 import path from 'node:path';
 import { isAlive } from '../process/identity.js';
-import { Layout } from './layout.js';
-import type { AgentSlot, Ledger, RootReservation, TreeBudget } from './ledger.js';
-import { RunStore } from './run-store.js';
+import { Layout } from '../store/layout.js';
+import type { AgentSlot, Ledger, RootReservation, TreeBudget } from '../store/ledger.js';
+import { RunStore } from '../store/run-store.js';
 import { descendants, readyIdentity, runMayBeLive, safeRecord, safeStatus } from './run-tree.js';
-import { firstStepWidth, isTerminalRun, type RunRecord, type StepSpec, type StepStatus } from './run-types.js';
+import { firstStepWidth, isTerminalRun, type RunRecord, type StepSpec, type StepStatus } from '../store/run-types.js';
 
 /** Agent processes a step starts: the fan-out claim it made. */
 const claimsOf = (s: StepSpec): number => (s.kind === 'agent' ? 1 : s.members.length);

@@ -1,4 +1,4 @@
-import type { StepSpec, StepStatus } from '../store/run-types.js';
+import type { StepSpec, StepStatus } from './run-types.js';
 
 /** The initial (pending) status of a step; a group's members are keyed `<index>.<member>`. */
 export function newStepStatus(index: number, spec: StepSpec): StepStatus {

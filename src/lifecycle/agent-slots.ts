@@ -1,6 +1,7 @@
 import { SubagentError } from '../errors.js';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
-import { withLedger, type Ledger } from '../store/ledger.js';
+import type { Ledger } from '../store/ledger.js';
+import { withLedger } from './ledger.js';
 import type { Layout } from '../store/layout.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

@@ -1,8 +1,8 @@
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
-import { readJsonFile } from './json-file.js';
-import type { Ledger } from './ledger.js';
-import type { RunStore } from './run-store.js';
-import { isTerminalRun, type RunRecord, type RunStatus } from './run-types.js';
+import { ReadyFile, readStateFile } from '../store/state-files.js';
+import type { Ledger } from '../store/ledger.js';
+import type { RunStore } from '../store/run-store.js';
+import { isTerminalRun, type RunRecord, type RunStatus } from '../store/run-types.js';
 
 /** Every run below `runId` in its tree (not itself), found through the children markers. */
 export function descendants(store: RunStore, runId: string): string[] {
@@ -33,7 +33,7 @@ export function safeRecord(store: RunStore, runId: string): RunRecord | null {
 
 /** The runner's identity as it reported it in the handshake (before status names it). */
 export function readyIdentity(store: RunStore, runId: string): ProcessIdentity | null {
-  try { return readJsonFile<ProcessIdentity>(store.paths(runId).ready); } catch { return null; }
+  try { return readStateFile<ProcessIdentity>(store.paths(runId).ready, ReadyFile); } catch { return null; }
 }
 
 /**

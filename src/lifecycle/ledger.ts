@@ -1,0 +1,16 @@
+import type { Layout } from '../store/layout.js';
+import { peekLedger, withLedgerFile, type Ledger } from '../store/ledger.js';
+import { rebuildLedger } from './ledger-rebuild.js';
+
+/**
+ * Read-modify-write of the state home's ledger under its lock (`withLedgerFile`), a damaged ledger rebuilt from the
+ * runs that live. Every ledger change of the server, the runner and the command line goes through here.
+ */
+export function withLedger<T>(layout: Layout, fn: (l: Ledger) => T, options: { durable?: boolean } = {}): Promise<T> {
+  return withLedgerFile(layout, rebuildLedger, fn, options);
+}
+
+/** A lock-free read; a damaged ledger is rebuilt as a snapshot (the next change under the lock writes the rebuild back). */
+export function readLedger(layout: Layout): Ledger {
+  return peekLedger(layout) ?? rebuildLedger(layout.ledgerFile);
+}
