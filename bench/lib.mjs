@@ -190,7 +190,7 @@ export function processesOfHome(home) {
     try {
       const cmd = fs.readFileSync(`/proc/${name}/cmdline`, 'latin1');
       const env = fs.readFileSync(`/proc/${name}/environ`, 'latin1').split('\0');
-      const ours = cmd.includes(`${home}/runs/`) || (env.includes(entry) && env.some((e) => e.startsWith('SUBAGENTS_RUN_TOKEN=')));
+      const ours = cmd.includes(`${home}/runs/`) || cmd.includes(`${home}/warm`) || (env.includes(entry) && env.some((e) => e.startsWith('SUBAGENTS_RUN_TOKEN=')));
       if (ours && alive(Number(name))) out.push(Number(name));
     } catch { /* gone or not ours */ }
   }

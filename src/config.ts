@@ -23,6 +23,10 @@ export interface Settings {
   handshakeTimeoutMs: number;
   /** Bytes of one step's output kept on disk; the rest is counted, not stored. */
   maxOutputBytes: number;
+  /** Pre-booted idle runners kept per state home (0: a runner boots per launch). */
+  warmRunners: number;
+  /** How long an idle runner waits to be claimed before it exits. */
+  warmIdleMs: number;
   bins: Record<string, string>;
   cwd: string;
   sources: Record<string, SettingSource>;
@@ -43,6 +47,8 @@ const NUMBERS: NumberSetting[] = [
   { key: 'maxWaitMs', env: 'SUBAGENTS_MAX_WAIT_MS', def: 45_000, min: 0, max: 3_600_000 },
   { key: 'handshakeTimeoutMs', env: 'SUBAGENTS_HANDSHAKE_TIMEOUT_MS', def: 10_000, min: 100, max: 600_000 },
   { key: 'maxOutputBytes', env: 'SUBAGENTS_MAX_OUTPUT_BYTES', def: 64 * 1024 * 1024, min: 1024 },
+  { key: 'warmRunners', env: 'SUBAGENTS_WARM_RUNNERS', def: 2, min: 0, max: 16 },
+  { key: 'warmIdleMs', env: 'SUBAGENTS_WARM_IDLE_MS', def: 300_000, min: 1000, max: 86_400_000 },
 ];
 
 /** Each env variable's flag: SUBAGENTS_MAX_ACTIVE_RUNS → --max-active-runs. */

@@ -13,6 +13,7 @@ import { checkStateHome } from '../store/state-home.js';
 import { CLAUDE_ROOT_WARNING, listAgents, listBackends } from './agent-list.js';
 import { loadFullCatalog } from './agent-resolver.js';
 import type { ManagerContext } from './context.js';
+import { warmPoolCount } from './warm-pool.js';
 import { listAll } from './listing.js';
 import { diskBytes } from './gc.js';
 import { ReadyFile, readStateFile } from '../store/state-files.js';
@@ -53,7 +54,7 @@ export interface DoctorReport {
   warnings: string[];
 }
 
-function settingRows(s: Settings): DoctorReport['settings'] {
+function settingRows(s: Settings, warmIdle: number): DoctorReport['settings'] {
   const rows: DoctorReport['settings'] = [];
   const add = (env: string, key: string, value: string) => rows.push({ env, flag: flagName(env), value, source: s.sources[key] ?? 'default' });
   add('SUBAGENTS_HOME', 'home', s.home);
@@ -73,6 +74,8 @@ function settingRows(s: Settings): DoctorReport['settings'] {
   add('SUBAGENTS_MAX_WAIT_MS', 'maxWaitMs', String(s.maxWaitMs));
   add('SUBAGENTS_HANDSHAKE_TIMEOUT_MS', 'handshakeTimeoutMs', String(s.handshakeTimeoutMs));
   add('SUBAGENTS_MAX_OUTPUT_BYTES', 'maxOutputBytes', String(s.maxOutputBytes));
+  add('SUBAGENTS_WARM_RUNNERS', 'warmRunners', s.warmRunners === 0 ? '0 (a runner boots per launch)' : `${s.warmRunners} (${warmIdle} idle in this home now; after a burst, up to 8 for one idle time)`);
+  add('SUBAGENTS_WARM_IDLE_MS', 'warmIdleMs', String(s.warmIdleMs));
   for (const [b, bin] of Object.entries(s.bins)) rows.push({ env: `SUBAGENTS_BIN_${b.toUpperCase()}`, flag: '-', value: bin, source: 'env' });
   return rows;
 }
@@ -179,7 +182,7 @@ export async function runDoctor(ctx: ManagerContext, version: string): Promise<D
     platform: `${process.platform} ${process.arch}`,
     command: peopleCommand(''),
     home: { path: s.home, source: s.sources.home ?? 'default', exists: check.exists, mode, problems: check.problems, runs: runIds.length, bytes: safe ? diskBytes(s.home) : 0 },
-    settings: settingRows(s),
+    settings: settingRows(s, warmPoolCount(ctx)),
     backends,
     agents: { projectDir: catalog.projectDir, projectTrusted: catalog.projectTrusted, available: listing.agents, refused: listing.refused },
     passThrough: { patterns: s.passEnv, set: passed, credentials, blocked },

@@ -32,7 +32,9 @@ async function waitFor<T>(o: WaitOptions, phase: HandshakePhase, file: string, r
   const stop = new AbortController();
   let exited: string | null = null;
   const onExit = (code: number | null, sig: string | null) => {
-    exited = `the runner exited (${sig ? `signal ${sig}` : `code ${code}`}) before it ${phase === 'proceed' ? 'started the run' : 'reported ready'}`;
+    // A warm runner is not our child: its death is seen, its exit status is not (both null).
+    const how = sig ? ` (signal ${sig})` : code !== null ? ` (code ${code})` : '';
+    exited = `the runner exited${how} before it ${phase === 'proceed' ? 'started the run' : 'reported ready'}`;
     stop.abort();
   };
   const onAbort = () => stop.abort();

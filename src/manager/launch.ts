@@ -17,6 +17,7 @@ import { bindReservation, refusalWithoutLock, releaseReservation, reserve, type 
 import { RUNNER_MAIN, type ManagerContext } from './context.js';
 import { awaitReady, handshakeError, HandshakeFailure, proceedAndAwaitStart, type HandshakePhase } from './handshake.js';
 import { checkNesting } from './nesting.js';
+import { claimWarmRunner, warmLaunchSettled } from './warm-pool.js';
 import { resolveRunCwd } from './roots.js';
 import { indexRun, ownActiveRuns } from './listing.js';
 import { originalUmask } from './original-umask.js';
@@ -189,10 +190,15 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   let runner = null;
   const runPaths = created.paths;
   let started: RunStatus;
+  let askedWarmPool = false;
   try {
     // A launch abandoned before its spawn (the server shutting down) starts no runner at all.
     if (o.signal.aborted) throw new HandshakeFailure('spawn', 'the launch was cancelled or the server is shutting down', null);
-    child = await spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env: runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord), envFor), logFile: runPaths.runnerLog });
+    const env = runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord), envFor);
+    // A pre-booted idle runner when the home has one (manager/warm-pool.ts), else one booted for this run.
+    askedWarmPool = true;
+    child = claimWarmRunner(ctx, runPaths.dir, env)
+      ?? await spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env, logFile: runPaths.runnerLog });
     testFault(ctx, 'server-after-spawn');
     // Bound while the runner boots (the server is idle for those ~30 ms): to the process we started, as /proc shows
     // it now. Its ready report must then name exactly this process, or the launch fails and releases what it holds.
@@ -222,6 +228,8 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     // The end was not recorded here (the run lock stayed busy): the reservation goes back all the same, as nothing started.
     if (outcome === 'unrecorded') await releaseReservation(ctx, runId, rootRunId, paths.length).catch(() => {});
     throw handshakeError(failure, runId);
+  } finally {
+    if (askedWarmPool) warmLaunchSettled(ctx);
   }
   ctx.store.event(runId, { type: 'launched', runnerPid: runner.pid });
   return result(ctx, started, input.mode, reservation);

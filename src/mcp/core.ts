@@ -9,6 +9,7 @@ import { fallbackRoots } from '../manager/roots.js';
 import { realpathOrNull } from '../realpath.js';
 import { SessionView } from '../manager/sessions.js';
 import { Sweeper } from '../manager/sweep.js';
+import { startWarmPool } from '../manager/warm-pool.js';
 import { DASHBOARD_URI, readAppResource } from './app-resource.js';
 import { completeArgument, listResources, readResource, requireResource, RESOURCE_TEMPLATES } from './resources.js';
 import { refusal } from './results.js';
@@ -75,6 +76,7 @@ export function startCore(o: CoreOptions): Core {
   const env: ToolEnv = { ctx, shutdown: o.shutdown, sessions: ctx.nesting ? null : sessions, onListChanged: (c) => watcher.listChanged(c?.existing ?? false) };
   watcher.start();
   const stopSweeper = new Sweeper(ctx).start();
+  const stopWarmPool = startWarmPool(ctx);
   return {
     callTool: async (name, args, extra) => {
       const tool = loadTool(name);
@@ -105,6 +107,6 @@ export function startCore(o: CoreOptions): Core {
       watcher.poke();
       return t;
     },
-    stop: () => { watcher.stop(); stopSweeper(); },
+    stop: () => { watcher.stop(); stopSweeper(); stopWarmPool(); },
   };
 }

@@ -1,3 +1,4 @@
+import { isAscii } from 'node:buffer';
 import { McpError, ErrorCode, type ReadResourceResult, type Resource } from '@modelcontextprotocol/sdk/types.js';
 import type { ManagerContext } from '../manager/context.js';
 import { listVisible, listVisibleRuns, readMeta, requireVisible } from '../manager/listing.js';
@@ -103,7 +104,15 @@ function readPage(file: string, offset: number, length: number, lines: boolean):
     }
     buf = buf.subarray(0, cut);
   }
-  return { text: buf.toString('utf8'), start, next: start + buf.length, size };
+  return { text: decodeText(buf), start, next: start + buf.length, size };
+}
+
+/**
+ * UTF-8 bytes as a string. ASCII (most agent output) is decoded as latin1, the same characters: a copy into a one-byte
+ * string, where V8's UTF-8 decoder walked every byte (it was most of a 4 MiB read's server time, docs/performance.md).
+ */
+function decodeText(buf: Buffer): string {
+  return isAscii(buf) ? buf.toString('latin1') : buf.toString('utf8');
 }
 
 function pagedContent(uri: string, mimeType: string, page: { text: string; start: number; next: number; size: number }, length: number): ReadResourceResult['contents'][number] {

@@ -10,6 +10,7 @@ import { RunPaths } from '../store/layout.js';
 import { selfIdentity } from '../process/identity.js';
 import { waitUntil } from '../wait.js';
 import { claimStartQuickly } from './claim-start.js';
+import { adoptRun, awaitWarmClaim } from './warm-idle.js';
 import { installClockJump } from './test-clock.js';
 import type { RunRecord } from '../store/run-types.js';
 
@@ -34,12 +35,40 @@ function abandoned(paths: RunPaths): boolean {
   }
 }
 
+/**
+ * `runner --warm <warmDir>`: booted before its run exists; waits idle until a launch claims it (runner/warm-idle.ts),
+ * with the supervisor already loaded. Null: retired, or taken and never told its run — it exits, having started nothing.
+ */
+async function warmStart(warmDir: string): Promise<{ runDir: string; supervisor: Supervisor } | null> {
+  let supervisor: Supervisor | null = null;
+  const bootLog = process.env.SUBAGENTS_WARM_LOG;
+  const got = await awaitWarmClaim({
+    warmDir, me: selfIdentity(), build: process.env.SUBAGENTS_WARM_BUILD ?? '', bootLog,
+    idleMs: Number(process.env.SUBAGENTS_WARM_IDLE_MS) || 300_000,
+    claimWaitMs: Number(process.env.SUBAGENTS_WARM_CLAIM_MS) || 10_000,
+    prepare: () => { void loadSupervisor().then((s) => { supervisor = s; }); },
+  });
+  if (!got) {
+    if (bootLog) fs.rmSync(bootLog, { force: true });
+    return null;
+  }
+  adoptRun(got.claim, bootLog, new RunPaths(got.claim.runDir).runnerLog);
+  return { runDir: got.claim.runDir, supervisor: supervisor ?? await loadSupervisor() };
+}
+
 async function main(): Promise<number> {
-  installClockJump(process.env.SUBAGENTS_TEST_FAULT);
   process.umask(0o077);
-  const runDir = process.argv[2];
-  if (!runDir) {
-    process.stderr.write('usage: runner <runDir>\n');
+  let runDir = process.argv[2];
+  let preloaded: Supervisor | null = null;
+  if (runDir === '--warm' && process.argv[3]) {
+    const warm = await warmStart(process.argv[3]);
+    if (!warm) return 0;
+    runDir = warm.runDir;
+    preloaded = warm.supervisor;
+  }
+  installClockJump(process.env.SUBAGENTS_TEST_FAULT);
+  if (!runDir || runDir === '--warm') {
+    process.stderr.write('usage: runner <runDir> | runner --warm <warmDir>\n');
     return 2;
   }
   const paths = new RunPaths(runDir);
@@ -70,7 +99,7 @@ async function main(): Promise<number> {
   }
   fault('after-proceed');
   const claimed = claimStartQuickly(paths, me);
-  const { supervise, settleLocks } = await loadSupervisor();
+  const { supervise, settleLocks } = preloaded ?? await loadSupervisor();
   try {
     return await supervise(record, paths, me, claimed);
   } finally {
@@ -94,7 +123,9 @@ main().then(
  * held a proceed unseen for ~11 ms, and even Node's own modules loaded in turns delayed it by ~3 ms and took CPU from
  * the other runners of concurrent launches.
  */
-function loadSupervisor(): Promise<typeof import('./supervise.js')> {
+type Supervisor = typeof import('./supervise.js');
+
+function loadSupervisor(): Promise<Supervisor> {
   // Computed specifiers: the bundler must leave the supervisor out of this entry (it loads only after ready).
   if (typeof require === 'function' && typeof __dirname === 'string') {
     return Promise.resolve(require(path.join(__dirname, '..', 'runner-supervisor.cjs')) as typeof import('./supervise.js'));

@@ -15,6 +15,8 @@ export class Layout {
   get operatorAgentsDir(): string { return path.join(this.home, 'agents'); }
   get ledgerFile(): string { return path.join(this.home, 'ledger.json'); }
   get sessionsFile(): string { return path.join(this.home, 'sessions.json'); }
+  /** Pre-booted idle runners (store/warm-pool.ts). */
+  get warmDir(): string { return path.join(this.home, 'warm'); }
   runDir(runId: string): string {
     if (!isRunId(runId)) throw new Error('invalid run id');
     return path.join(this.runsDir, runId);

@@ -50,6 +50,7 @@ describe('doctor', { timeout: 180_000 }, () => {
     expect(r.stdout).toMatch(/SUBAGENTS_MAX_AGENTS\s+env\s+5/);
     expect(r.stdout).toMatch(/SUBAGENTS_MAX_DEPTH\s+default\s+3/);
     expect(r.stdout).toMatch(/SUBAGENTS_SESSION_ID\s+env\s+\(set; a fixed session id\)/);
+    expect(r.stdout).toMatch(/SUBAGENTS_WARM_RUNNERS\s+default\s+2 \(0 idle in this home now/);
     expect(r.stdout).toMatch(/ok\s+claude\s+\S+\/bin\/claude\s+\(9\.9\.9 \(Fake Claude Code\)\)/);
     expect(r.stdout).toMatch(/FAIL\s+gemini\s+.*--version exited with 3/);
     expect(r.stdout).toMatch(/--\s+codex/);

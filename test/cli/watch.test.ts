@@ -43,8 +43,9 @@ describe('subagents-mcp watch', { timeout: 180_000 }, () => {
   });
 
   it('prints each run event once, in order, and resumes after a cursor without duplicates or gaps', async () => {
-    const w = watch(['--json']);
-    await new Promise((r) => setTimeout(r, 500)); // its first look at the home (no history is printed without --since)
+    // --since an age: the home is new, so this replays nothing, yet the runs below are printed whole even when watch's
+    // first look at the home comes after they were created (without --since a run found there is followed from then on).
+    const w = watch(['--json', '--since', '10m']);
     const a = await launch({ agent: 'echo', task: 'one', label: 'first <b>run</b>' });
     await waitTerminal(s, a);
     const b = await launch({ chain: [{ agent: 'echo', task: 'two' }, { parallel: [{ agent: 'echo', task: 'x' }, { agent: 'echo', task: 'y' }] }] });
@@ -88,8 +89,7 @@ describe('subagents-mcp watch', { timeout: 180_000 }, () => {
   });
 
   it('goes on when a run is removed under it (gc), and prints people a line with its cursor', async () => {
-    const w = watch([]);
-    await new Promise((r) => setTimeout(r, 500));
+    const w = watch(['--since', '10m']); // the runs below are printed even if watch looks at the home after they ended
     const a = await launch({ agent: 'echo', task: 'soon gone' });
     await waitTerminal(s, a);
     await w.waitFor(`${a}  ended`);

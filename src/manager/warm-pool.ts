@@ -1,0 +1,203 @@
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import { isAlive, readIdentity, type ProcessIdentity } from '../process/identity.js';
+import { DetachedChild, spawnDetached } from '../process/spawn-detached.js';
+import { ensurePrivateDir } from '../store/atomic-write.js';
+import { WarmPoolFiles, type IdleEntry } from '../store/warm-pool.js';
+import { RUNNER_MAIN, type ManagerContext } from './context.js';
+
+/**
+ * The warm pool's policy (docs/architecture.md, "Warm runners"): a launch takes a pre-booted idle runner of the state
+ * home when there is one, and replacements boot in the background. Idle runners hold no capacity, agent slot or
+ * fan-out: the launch reserves all of that exactly as before, and binds the claimed runner's identity before proceed.
+ */
+
+/**
+ * Replacements boot this long after the last launch in flight got its answer: a burst's launches are not slowed by
+ * boots competing with them for the cores (and a steady stream of launches still leaves gaps where the refill runs).
+ */
+const REFILL_DELAY_MS = 30;
+/** The startup fill waits this long: a server's own start (and its first tools/list) comes first. */
+const STARTUP_FILL_DELAY_MS = 1000;
+/** After a burst the pool is refilled to the burst's size (for one idle time), up to this many runners. */
+const BURST_POOL_CAP = 8;
+/** Room in the idle runner's command line for its run's directory (runner/warm-idle.ts sets its title to it). */
+const TITLE_ROOM = '_'.repeat(96);
+/** How often a claimed runner's liveness is read during its handshake (we are not its parent: no exit event). */
+const LIVENESS_POLL_MS = 25;
+
+interface PoolState {
+  /** Runners this server started that have not announced themselves yet, by pid, with when to stop counting them. */
+  booting: Map<number, number>;
+  spawning: number;
+  /** Launches between their claim (or boot) of a runner and their answer. */
+  inFlight: number;
+  timer: NodeJS.Timeout | null;
+  /** Launches that wanted a runner since the last refill. */
+  demand: number;
+  peak: { size: number; at: number };
+}
+
+const pools = new WeakMap<ManagerContext, PoolState>();
+
+function stateOf(ctx: ManagerContext): PoolState {
+  let s = pools.get(ctx);
+  if (!s) pools.set(ctx, (s = { booting: new Map(), spawning: 0, inFlight: 0, timer: null, demand: 0, peak: { size: 0, at: 0 } }));
+  return s;
+}
+
+function filesOf(ctx: ManagerContext): WarmPoolFiles {
+  return new WarmPoolFiles(ctx.layout.warmDir);
+}
+
+let buildTag: string | null = null;
+/**
+ * This server's runner build: its entry's path and modification time. Servers of another install or version share the
+ * home; each claims and counts only runners of its own build (the others retire on their own).
+ */
+function ownBuild(): string {
+  if (buildTag === null) {
+    let mtime = 0;
+    try { mtime = fs.statSync(RUNNER_MAIN).mtimeMs; } catch { /* a missing entry fails the boot, not this */ }
+    buildTag = `${RUNNER_MAIN}@${mtime}`;
+  }
+  return buildTag;
+}
+
+/** Idle runners of this build. */
+function ownIdle(files: WarmPoolFiles): IdleEntry[] {
+  const build = ownBuild();
+  return files.listIdle().filter((e) => e.build === build);
+}
+
+/**
+ * Takes an idle runner for the run in `runDir` and hands it the run's environment; null when the pool is off or empty
+ * (the launch boots one). The returned child reports the runner's death during the handshake, as a spawned one would.
+ */
+export function claimWarmRunner(ctx: ManagerContext, runDir: string, env: Record<string, string>): DetachedChild | null {
+  if (ctx.settings.warmRunners === 0) return null;
+  const state = stateOf(ctx);
+  state.demand++;
+  state.inFlight++;
+  const files = filesOf(ctx);
+  for (const e of ownIdle(files)) {
+    if (!isAlive(e)) { files.forget(e.key, e.log); continue; } // an idle runner that died costs nothing
+    if (!files.take(e.key)) continue; // another server's, or it retired
+    if (!isAlive(e)) { files.forget(e.key, e.log); continue; }
+    state.booting.delete(e.pid); // announced and taken: no longer one of ours on its way up
+    try {
+      files.writeClaim(e.key, { runDir, env });
+    } catch {
+      stopIdle(e);
+      files.forget(e.key, e.log);
+      continue;
+    }
+    return watched(e, ctx.settings.handshakeTimeoutMs);
+  }
+  return null;
+}
+
+/** A launch that called `claimWarmRunner` has its answer (either way): the pool refills once none is in flight. */
+export function warmLaunchSettled(ctx: ManagerContext): void {
+  if (ctx.settings.warmRunners === 0) return;
+  const state = stateOf(ctx);
+  state.inFlight = Math.max(0, state.inFlight - 1);
+  if (state.inFlight === 0) scheduleRefill(ctx, REFILL_DELAY_MS);
+}
+
+/** An identity-checked kill of a runner that was never given a run (its group: it is a group leader). */
+function stopIdle(id: ProcessIdentity): void {
+  if (!isAlive(id)) return;
+  try { process.kill(-id.pid, 'SIGKILL'); } catch { /* gone */ }
+}
+
+function watched(id: ProcessIdentity, forMs: number): DetachedChild {
+  const child = new DetachedChild(id.pid);
+  const until = performance.now() + forMs;
+  const timer = setInterval(() => {
+    if (isAlive(id)) {
+      if (performance.now() > until) clearInterval(timer); // the handshake is over by now, one way or the other
+      return;
+    }
+    clearInterval(timer);
+    child.exited(null, null);
+  }, LIVENESS_POLL_MS);
+  timer.unref();
+  return child;
+}
+
+function scheduleRefill(ctx: ManagerContext, delayMs: number): void {
+  const state = stateOf(ctx);
+  if (state.timer) return; // not pushed back: steady sequential launches must not starve the refill
+  state.timer = setTimeout(() => {
+    state.timer = null;
+    try { refill(ctx); } catch { /* launches boot their own runners meanwhile */ }
+  }, delayMs);
+  state.timer.unref();
+}
+
+/** The pool's size now: the setting, or the last burst's size (capped) for one idle time after it. */
+function targetSize(ctx: ManagerContext, state: PoolState): number {
+  const now = performance.now();
+  if (state.demand >= state.peak.size || now - state.peak.at > ctx.settings.warmIdleMs) state.peak = { size: state.demand, at: now };
+  state.demand = 0;
+  return Math.max(ctx.settings.warmRunners, Math.min(state.peak.size, BURST_POOL_CAP));
+}
+
+/** Boots the runners the pool lacks (idle ones announced, plus ones this server is booting, are counted). */
+export function refill(ctx: ManagerContext): void {
+  if (ctx.settings.warmRunners === 0) return;
+  const state = stateOf(ctx);
+  if (state.inFlight > 0) return; // the last of them to settle schedules it again
+  const files = filesOf(ctx);
+  const target = targetSize(ctx, state);
+  const idle = ownIdle(files).filter((e) => {
+    if (isAlive(e)) return true;
+    files.forget(e.key, e.log);
+    return false;
+  });
+  const now = performance.now();
+  for (const [pid, until] of state.booting) {
+    if (now > until || idle.some((e) => e.pid === pid) || !readIdentity(pid)) state.booting.delete(pid);
+  }
+  const missing = target - idle.length - state.booting.size - state.spawning;
+  if (missing <= 0) return;
+  ensurePrivateDir(files.dir);
+  for (let i = 0; i < missing; i++) void bootOne(ctx, files, state);
+}
+
+async function bootOne(ctx: ManagerContext, files: WarmPoolFiles, state: PoolState): Promise<void> {
+  state.spawning++;
+  try {
+    const log = files.bootLog(`boot-${process.pid}-${randomBytes(6).toString('hex')}`);
+    // No run, so none of a run's environment: the claim brings it. Only what the idle runner itself needs.
+    const env: Record<string, string> = {
+      SUBAGENTS_WARM_IDLE_MS: String(ctx.settings.warmIdleMs),
+      SUBAGENTS_WARM_CLAIM_MS: String(ctx.settings.handshakeTimeoutMs),
+      SUBAGENTS_WARM_LOG: log,
+      SUBAGENTS_WARM_BUILD: ownBuild(),
+    };
+    const child = await spawnDetached([process.execPath, RUNNER_MAIN, '--warm', files.dir, TITLE_ROOM], { cwd: files.dir, env, logFile: log });
+    if (child.pid !== undefined) state.booting.set(child.pid, performance.now() + ctx.settings.handshakeTimeoutMs);
+  } catch {
+    /* no replacement this time: launches boot their own */
+  } finally {
+    state.spawning--;
+  }
+}
+
+/** Fills the pool shortly after a server starts; returns the stop function (idle runners outlive the server). */
+export function startWarmPool(ctx: ManagerContext): () => void {
+  if (ctx.settings.warmRunners === 0 || ctx.nesting) return () => {};
+  scheduleRefill(ctx, STARTUP_FILL_DELAY_MS);
+  return () => {
+    const state = stateOf(ctx);
+    if (state.timer) clearTimeout(state.timer);
+    state.timer = null;
+  };
+}
+
+/** For doctor: the idle runners of the home that are alive now. */
+export function warmPoolCount(ctx: ManagerContext): number {
+  return ownIdle(filesOf(ctx)).filter((e) => isAlive(e)).length;
+}

@@ -1,0 +1,58 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import type { ProcessIdentity } from '../process/identity.js';
+import { WarmPoolFiles, type WarmClaim } from '../store/warm-pool.js';
+import { waitUntil } from '../wait.js';
+
+/**
+ * A runner booted before its run exists (docs/architecture.md, "Warm runners"): it announces itself in the warm
+ * directory and waits, holding no capacity, slot or fan-out, until a launch takes it or its idle time is up. Returns
+ * the claim it was given, or null when it retired or was taken and never told which run (the claimant died): it then
+ * exits having started nothing. Node built-ins only.
+ */
+export interface WarmIdleOptions {
+  warmDir: string;
+  me: ProcessIdentity;
+  /** The build tag the booting server gave it (manager/warm-pool.ts), announced with it. */
+  build: string;
+  /** Its stdout/stderr file in the warm directory (named in the announcement, so a claimant can remove a dead one's). */
+  bootLog?: string;
+  idleMs: number;
+  /** How long a taken runner waits for its claim (the claimant's handshake timeout). */
+  claimWaitMs: number;
+  /** Work done before the announcement (loading the supervisor): a claimed runner never makes its launch wait for it. */
+  prepare?: () => void;
+}
+
+export async function awaitWarmClaim(o: WarmIdleOptions): Promise<{ claim: WarmClaim; key: string } | null> {
+  const files = new WarmPoolFiles(o.warmDir);
+  o.prepare?.();
+  const key = files.announce(o.me, o.build, o.bootLog);
+  const watch = { dirs: [o.warmDir], filter: (n: string) => files.isOwnName(key, n), pollMs: 1000 };
+  const seen = await waitUntil<'taken'>({
+    ...watch, timeoutMs: o.idleMs,
+    check: () => (files.isIdle(key) ? null : 'taken'),
+  });
+  // Idle time up: retiring and being taken are the same rename, so exactly one of them happens.
+  if (seen === null && files.retire(key)) return null;
+  const claim = await waitUntil<WarmClaim>({ ...watch, timeoutMs: o.claimWaitMs, check: () => files.consumeClaim(key) });
+  if (!claim) files.forget(key);
+  return claim ? { claim, key } : null;
+}
+
+/**
+ * Makes the claimed runner the run's own: its environment becomes the run's, its working directory the run's, and
+ * its boot log (its stdout and stderr, inherited file descriptors) becomes the run's runner.log by a rename, so
+ * everything it writes from here on — its fatal errors too — lands where `status` and the reconciler read it.
+ */
+export function adoptRun(claim: WarmClaim, bootLog: string | undefined, runnerLog: string): void {
+  for (const k of Object.keys(process.env)) delete process.env[k];
+  Object.assign(process.env, claim.env);
+  process.chdir(claim.runDir);
+  // The command line then names the run, as a runner booted for it does (`ps`, and finding a run's runner by its
+  // directory); the pool passes a padding argument so the new title fits where Linux keeps the old one.
+  process.title = `${process.execPath} ${process.argv[1]} ${claim.runDir}`;
+  if (bootLog && path.dirname(runnerLog) === claim.runDir) {
+    try { fs.renameSync(bootLog, runnerLog); } catch { /* the run's log stays empty; nothing else depends on it */ }
+  }
+}

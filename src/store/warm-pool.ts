@@ -1,0 +1,117 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import type { ProcessIdentity } from '../process/identity.js';
+import { writeFileAtomic } from './atomic-write.js';
+import { readStateText } from './state-file.js';
+
+/**
+ * The warm pool's files in `<home>/warm/` (docs/architecture.md, "Warm runners"). A pre-booted runner announces itself
+ * with `<key>.idle` (its pid and start time). Taking it is one rename, `<key>.idle` → `<key>.taken`: exactly one
+ * server wins it, and a runner that retires renames the same name away, so a retirement and a claim never both
+ * succeed. The winner then writes `<key>.claim` (the run directory and the run's environment); the runner reads it,
+ * removes it and serves that run. Node built-ins only: the runner's entry uses this before it has a run.
+ */
+export interface IdleEntry extends ProcessIdentity {
+  key: string;
+  /** Which build of the runner it is (a server claims only its own build's runners: the two must speak alike). */
+  build: string;
+  /** Its boot log's name in the warm directory ('' if none), removed with it when it is found dead. */
+  log: string;
+}
+
+export interface WarmClaim {
+  runDir: string;
+  /** The run's runner environment (what its agents may receive): it replaces the idle runner's own. */
+  env: Record<string, string>;
+}
+
+export class WarmPoolFiles {
+  constructor(readonly dir: string) {}
+
+  static keyOf(id: ProcessIdentity): string {
+    return `${id.pid}-${id.startTime.replace(/[^0-9A-Za-z]/g, '_')}`;
+  }
+
+  private file(key: string, kind: 'idle' | 'taken' | 'claim' | 'retired'): string {
+    return path.join(this.dir, `${key}.${kind}`);
+  }
+
+  /** A fresh runner's boot log (stdio while idle); renamed into the run directory as its runner.log at the claim. */
+  bootLog(bootId: string): string { return path.join(this.dir, `${bootId}.log`); }
+
+  ensureDir(): void {
+    fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });
+  }
+
+  announce(id: ProcessIdentity, build: string, bootLog = ''): string {
+    const key = WarmPoolFiles.keyOf(id);
+    const log = path.dirname(bootLog) === this.dir ? path.basename(bootLog) : '';
+    writeFileAtomic(this.file(key, 'idle'), JSON.stringify({ pid: id.pid, startTime: id.startTime, build, log }), { durable: false });
+    return key;
+  }
+
+  isIdle(key: string): boolean { return fs.existsSync(this.file(key, 'idle')); }
+
+  /** The idle runners announced, oldest name first; unreadable entries are skipped (a writer mid-rename). */
+  listIdle(): IdleEntry[] {
+    let names: string[];
+    try { names = fs.readdirSync(this.dir); } catch { return []; }
+    const out: IdleEntry[] = [];
+    for (const n of names) {
+      if (!n.endsWith('.idle') || n.startsWith('.')) continue;
+      try {
+        const v = JSON.parse(readStateText(path.join(this.dir, n), n) ?? '') as { pid?: unknown; startTime?: unknown; build?: unknown; log?: unknown };
+        if (typeof v.pid === 'number' && typeof v.startTime === 'string') {
+          const log = typeof v.log === 'string' && /^boot-[\w-]+\.log$/.test(v.log) ? v.log : '';
+          out.push({ key: n.slice(0, -5), pid: v.pid, startTime: v.startTime, build: typeof v.build === 'string' ? v.build : '', log });
+        }
+      } catch { /* gone meanwhile, or half a name: not a candidate */ }
+    }
+    return out;
+  }
+
+  /** Takes an idle runner for one launch: true for exactly one caller (rename is atomic). */
+  take(key: string): boolean {
+    try {
+      fs.renameSync(this.file(key, 'idle'), this.file(key, 'taken'));
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** The runner retires itself: true unless a claimant took it first (then it must serve the claim). */
+  retire(key: string): boolean {
+    try {
+      fs.renameSync(this.file(key, 'idle'), this.file(key, 'retired'));
+      fs.rmSync(this.file(key, 'retired'), { force: true });
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /** Names of a runner known dead or done with the pool (its `.idle`), so nobody tries it again; `log`: its boot log too. */
+  forget(key: string, log = ''): void {
+    for (const k of ['idle', 'taken', 'claim'] as const) fs.rmSync(this.file(key, k), { force: true });
+    if (log) fs.rmSync(path.join(this.dir, log), { force: true });
+  }
+
+  /** The claimant's message: 0600, whole or absent (it carries the run's environment, so never a listing's business). */
+  writeClaim(key: string, claim: WarmClaim): void {
+    writeFileAtomic(this.file(key, 'claim'), JSON.stringify(claim), { durable: false });
+  }
+
+  /** The runner reads its claim and removes it and its `.taken` at once (the environment must not linger on disk). */
+  consumeClaim(key: string): WarmClaim | null {
+    let raw: string;
+    try { const t = readStateText(this.file(key, 'claim'), `${key}.claim`); if (t === null) return null; raw = t; } catch { return null; }
+    const v = JSON.parse(raw) as WarmClaim;
+    this.forget(key);
+    if (typeof v.runDir !== 'string' || typeof v.env !== 'object' || v.env === null) throw new Error('malformed warm claim');
+    return v;
+  }
+
+  /** A wait's wake-up filter: only this runner's own names. */
+  isOwnName(key: string, name: string): boolean { return name.startsWith(`${key}.`); }
+}

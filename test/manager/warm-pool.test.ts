@@ -1,0 +1,201 @@
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { tempStateHome, writeAgent } from '../helpers/state-home.js';
+import { sc, startServer, textOf, type Started } from '../helpers/server.js';
+import { FAKE, identityOf, ledger, pidsMentioning, readJson, runDirs, stillRunning, type Identity } from '../e2e/support.js';
+
+/**
+ * Warm runners (docs/architecture.md, "Warm runners"): pre-booted idle runners of a state home, claimed by launches.
+ * Real servers, real runners, real fake agents. Every fault of the pool ends as the same failure as a booted runner's:
+ * an idle runner's death costs nothing, a claimed one's is HANDSHAKE_FAILED or RUNNER_LOST, and a claimant's death
+ * leaves no runner behind and nothing held.
+ */
+/** Waits for `cond` (bounded: a hang fails with what was awaited, never a speed grade). */
+async function until(cond: () => boolean | Promise<boolean>, what: string, maxMs = 10_000): Promise<void> {
+  const end = performance.now() + maxMs;
+  while (performance.now() < end) {
+    if (await cond()) return;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  if (!(await cond())) throw new Error(`timed out waiting for ${what}`);
+}
+
+function idleRunners(home: string): Identity[] {
+  const dir = path.join(home, 'warm');
+  let names: string[] = [];
+  try { names = fs.readdirSync(dir).filter((n) => n.endsWith('.idle')); } catch { /* not made yet */ }
+  return names.flatMap((n) => {
+    try { return [readJson(path.join(dir, n)) as Identity]; } catch { return []; }
+  }).filter((id) => stillRunning(id));
+}
+
+describe('warm runners', () => {
+  let t: ReturnType<typeof tempStateHome> | undefined;
+  const servers: Started[] = [];
+  afterEach(async () => {
+    for (const s of servers.splice(0)) await s.close();
+    t?.cleanup();
+    t = undefined;
+  });
+
+  async function serve(env: Record<string, string> = {}): Promise<Started> {
+    const s = await startServer({ SUBAGENTS_HOME: t!.home, SUBAGENTS_ROOTS: t!.root, SUBAGENTS_WARM_RUNNERS: '2', SUBAGENTS_SESSION_ID: 'warm-pool-session-0001', ...env });
+    servers.push(s);
+    return s;
+  }
+
+  function setup(): void {
+    t = tempStateHome();
+    writeAgent(path.join(t.home, 'agents'), 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
+    writeAgent(path.join(t.home, 'agents'), 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '30000'] });
+  }
+
+  async function poolOf(n: number): Promise<Identity[]> {
+    await until(() => idleRunners(t!.home).length >= n, `${n} idle runners`, 20_000);
+    return idleRunners(t!.home);
+  }
+
+  it('a launch runs on an idle runner, and a replacement boots', async () => {
+    setup();
+    const s = await serve();
+    const idle = await poolOf(2);
+    const r = await s.call('launch', { agent: 'echo', task: 'hello warm' });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    const runId = sc(r).runId as string;
+    const done = sc(await s.call('status', { runId, waitMs: 30_000, until: 'terminal' }));
+    expect(done.state).toBe('completed');
+    const status = readJson(path.join(t!.home, 'runs', runId, 'status.json'));
+    expect(idle.map((i) => i.pid)).toContain(status.runner.pid);
+    // Its environment and log are the run's: the agent got the task, and the claim file with the environment is gone.
+    expect(fs.readFileSync(path.join(t!.home, 'runs', runId, 'out', '0.txt'), 'utf8')).toContain('hello warm');
+    expect(fs.readdirSync(path.join(t!.home, 'warm')).filter((n) => n.endsWith('.claim') || n.endsWith('.taken'))).toEqual([]);
+    await poolOf(2);
+    expect(ledger(t!.home).roots).toEqual({});
+  });
+
+  it('an idle runner killed while idle costs nothing: launches still start, and it is replaced', async () => {
+    setup();
+    const s = await serve();
+    const [victim] = await poolOf(2);
+    const victimLog = readJson(path.join(t!.home, 'warm', `${victim!.pid}-${victim!.startTime}.idle`)).log as string;
+    expect(victimLog).toMatch(/^boot-.*\.log$/);
+    expect(fs.existsSync(path.join(t!.home, 'warm', victimLog))).toBe(true);
+    process.kill(victim!.pid, 'SIGKILL');
+    await until(() => !stillRunning(victim!), 'the idle runner gone');
+    for (let i = 0; i < 3; i++) {
+      const r = await s.call('launch', { agent: 'echo', task: `after the kill ${i}` });
+      expect(r.isError, textOf(r)).toBeFalsy();
+      const done = sc(await s.call('status', { runId: sc(r).runId, waitMs: 30_000, until: 'terminal' }));
+      expect(done.state).toBe('completed');
+      expect(done.runner?.pid ?? readJson(path.join(t!.home, 'runs', sc(r).runId, 'status.json')).runner.pid).not.toBe(victim!.pid);
+    }
+    expect(fs.existsSync(path.join(t!.home, 'warm', `${victim!.pid}-${victim!.startTime}.idle`))).toBe(false);
+    expect(fs.existsSync(path.join(t!.home, 'warm', victimLog))).toBe(false); // its boot log went with it
+    expect(ledger(t!.home).roots).toEqual({});
+  });
+
+  it('a claimed runner that dies before ready: HANDSHAKE_FAILED, no agent, nothing held', async () => {
+    setup();
+    // The pool is filled by a server without the fault; the fault reaches the claimed runner with its run's environment.
+    const filler = await serve();
+    const idle = await poolOf(2);
+    await filler.close();
+    const s = await serve({ SUBAGENTS_TEST_FAULT: 'before-ready', SUBAGENTS_HANDSHAKE_TIMEOUT_MS: '20000' });
+    const r = await s.call('launch', { agent: 'echo', task: 'must never run' });
+    expect(textOf(r)).toMatch(/^HANDSHAKE_FAILED: .*the spawn phase: the runner exited/);
+    const [runId] = runDirs(t!.home);
+    const status = readJson(path.join(t!.home, 'runs', runId!, 'status.json'));
+    expect(status.state).toBe('failed');
+    expect(status.error.code).toBe('HANDSHAKE_FAILED');
+    expect(status.steps[0].state).toBe('skipped');
+    expect(fs.existsSync(path.join(t!.home, 'runs', runId!, 'out', '0.txt'))).toBe(false);
+    // It was one of the idle runners, and it is gone.
+    expect(idle.filter((i) => stillRunning(i)).length).toBeLessThan(2);
+    expect(pidsMentioning(path.join(t!.home, 'runs', runId!))).toEqual([]);
+    expect(ledger(t!.home).roots).toEqual({});
+    expect(ledger(t!.home).trees).toEqual({});
+  });
+
+  it('a claimed runner killed while its run is running: RUNNER_LOST, its agent stopped, the slot back', async () => {
+    setup();
+    const s = await serve();
+    const idle = await poolOf(2);
+    const r = await s.call('launch', { agent: 'sleeper', task: 'sleep' });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    const runId = sc(r).runId as string;
+    const runDir = path.join(t!.home, 'runs', runId);
+    const status = readJson(path.join(runDir, 'status.json'));
+    expect(idle.map((i) => i.pid)).toContain(status.runner.pid);
+    await until(() => readJson(path.join(runDir, 'status.json')).steps[0].pid != null || fs.existsSync(path.join(runDir, 'out', '0.err')), 'the agent started');
+    process.kill(status.runner.pid, 'SIGKILL');
+    await until(async () => {
+      const st = sc(await s.call('status', { runId }));
+      return st.state === 'failed' && st.error?.code === 'RUNNER_LOST';
+    }, 'RUNNER_LOST', 40_000);
+    const token = readJson(path.join(runDir, 'run.json')).runToken as string;
+    await until(() => pidsMentioning(token).length === 0, 'the agent stopped', 20_000);
+    await until(() => Object.keys(ledger(t!.home).roots).length === 0, 'the slot back', 20_000);
+  });
+
+  it('its claimant dies after the claim: the run ends failed, the runner exits, nothing is held', async () => {
+    setup();
+    const filler = await serve();
+    await poolOf(2);
+    await filler.close();
+    const s = await serve({ SUBAGENTS_TEST_FAULT: 'server-after-spawn', SUBAGENTS_HANDSHAKE_TIMEOUT_MS: '1500' });
+    await s.call('launch', { agent: 'echo', task: 'never proceeds' }).catch(() => null);
+    const [runId] = runDirs(t!.home);
+    expect(runId).toBeDefined();
+    const runDir = path.join(t!.home, 'runs', runId!);
+    // The claimed runner reports ready, is never told to proceed, and exits on its own.
+    await until(() => pidsMentioning(runDir).length === 0, 'the claimed runner exited', 20_000);
+    const healthy = await serve({ SUBAGENTS_WARM_RUNNERS: '0' });
+    const st = sc(await healthy.call('status', { runId }));
+    expect(st.state).toBe('failed');
+    expect(['HANDSHAKE_FAILED', 'RUNNER_LOST']).toContain(st.error.code);
+    expect(fs.existsSync(path.join(runDir, 'out', '0.txt'))).toBe(false);
+    await until(() => Object.keys(ledger(t!.home).roots).length === 0, 'the slot back', 20_000);
+  });
+
+  it('its claimant dies between taking it and telling it the run: it exits on its own, holding nothing', async () => {
+    setup();
+    const filler = await serve({ SUBAGENTS_HANDSHAKE_TIMEOUT_MS: '1000' });
+    const [victim] = await poolOf(1);
+    await filler.close();
+    const warm = path.join(t!.home, 'warm');
+    const key = fs.readdirSync(warm).find((n) => n.startsWith(`${victim!.pid}-`) && n.endsWith('.idle'))!.slice(0, -5);
+    fs.renameSync(path.join(warm, `${key}.idle`), path.join(warm, `${key}.taken`)); // exactly what a claimant does first
+    await until(() => identityOf(victim!.pid)?.startTime !== victim!.startTime, 'the taken runner exited', 20_000);
+    expect(fs.readdirSync(warm).filter((n) => n.startsWith(`${key}.`))).toEqual([]);
+    expect(runDirs(t!.home)).toEqual([]);
+  });
+
+  it('a runner of another build is never claimed', async () => {
+    setup();
+    const s = await serve();
+    const [other] = await poolOf(2);
+    const warm = path.join(t!.home, 'warm');
+    const name = fs.readdirSync(warm).find((n) => n.startsWith(`${other!.pid}-`) && n.endsWith('.idle'))!;
+    const tmp = path.join(warm, '.other.tmp');
+    fs.writeFileSync(tmp, JSON.stringify({ pid: other!.pid, startTime: other!.startTime, build: '/elsewhere/runner/main.cjs@1' }), { mode: 0o600 });
+    fs.renameSync(tmp, path.join(warm, name));
+    for (let i = 0; i < 3; i++) {
+      const r = await s.call('launch', { agent: 'echo', task: `not on the other build ${i}` });
+      expect(r.isError, textOf(r)).toBeFalsy();
+      expect(sc(await s.call('status', { runId: sc(r).runId, waitMs: 30_000, until: 'terminal' })).state).toBe('completed');
+      expect(readJson(path.join(t!.home, 'runs', sc(r).runId, 'status.json')).runner.pid).not.toBe(other!.pid);
+    }
+    expect(fs.existsSync(path.join(warm, name))).toBe(true); // left to retire on its own
+  });
+
+  it('SUBAGENTS_WARM_RUNNERS=0 boots a runner per launch and keeps no pool', async () => {
+    setup();
+    const s = await serve({ SUBAGENTS_WARM_RUNNERS: '0' });
+    const r = await s.call('launch', { agent: 'echo', task: 'cold' });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    expect(sc(await s.call('status', { runId: sc(r).runId, waitMs: 30_000, until: 'terminal' })).state).toBe('completed');
+    await new Promise((res) => setTimeout(res, 1500));
+    expect(idleRunners(t!.home)).toEqual([]);
+  });
+});
