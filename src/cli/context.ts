@@ -47,10 +47,10 @@ export function operatorContext(settings: Settings, env = process.env, o: { requ
   if (check.problems.length && o.requireSafeHome !== false) {
     throw new CliError(`unsafe state home: ${check.problems.join('; ')}. Run ${peopleCommand('doctor')} for details.`);
   }
-  const { layout, store, server } = makeStore(settings);
+  const { layout, store, ledger, sessionRegistry, server } = makeStore(settings);
   const all = new EverySession();
   return {
-    settings, layout, store, sessionId: OPERATOR_SESSION, server, nesting: null, env,
+    settings, layout, store, ledger, sessionRegistry, sessionId: OPERATOR_SESSION, server, nesting: null, env,
     log: (line) => process.stderr.write(`subagents-mcp: ${line}\n`),
     roots: () => [],
     visibleSessions: () => all,

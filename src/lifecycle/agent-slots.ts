@@ -1,8 +1,7 @@
 import { SubagentError } from '../errors.js';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import type { Ledger } from '../store/ledger.js';
-import { withLedger } from './ledger.js';
-import type { Layout } from '../store/layout.js';
+import type { CapacityLedger } from '../store/ports.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 /** Agent slots are nobody's acknowledgement (pruned by liveness; no agent survives a machine crash): no fsync. */
@@ -20,11 +19,11 @@ export function pruneAgentSlots(l: Ledger): void {
  * otherwise it waits for a free one (SUBAGENTS_MAX_AGENTS is per state home, nested agents included). Returns
  * false if `signal` aborts first.
  */
-export async function claimAgentSlot(layout: Layout, key: string, runner: ProcessIdentity, maxAgents: number, signal: AbortSignal, root?: string): Promise<boolean> {
+export async function claimAgentSlot(ledger: CapacityLedger, key: string, runner: ProcessIdentity, maxAgents: number, signal: AbortSignal, root?: string): Promise<boolean> {
   const reservedPrefix = `${key.slice(0, key.indexOf(':'))}:reserved:`;
   let delay = 50;
   while (!signal.aborted) {
-    const got = await withLedger(layout, (l) => {
+    const got = await ledger.change((l) => {
       const slot = { runner, agent: null, at: new Date().toISOString(), ...(root ? { root } : {}) };
       const reserved = Object.keys(l.agents).find((k) => k.startsWith(reservedPrefix));
       if (reserved) {
@@ -48,12 +47,12 @@ export async function claimAgentSlot(layout: Layout, key: string, runner: Proces
   return false;
 }
 
-export async function setAgentSlotProcess(layout: Layout, key: string, agent: ProcessIdentity): Promise<void> {
-  await withLedger(layout, (l) => { if (l.agents[key]) l.agents[key]!.agent = agent; }, NOT_DURABLE);
+export async function setAgentSlotProcess(ledger: CapacityLedger, key: string, agent: ProcessIdentity): Promise<void> {
+  await ledger.change((l) => { if (l.agents[key]) l.agents[key]!.agent = agent; }, NOT_DURABLE);
 }
 
-export async function releaseAgentSlot(layout: Layout, key: string): Promise<void> {
-  await withLedger(layout, (l) => { delete l.agents[key]; }, NOT_DURABLE);
+export async function releaseAgentSlot(ledger: CapacityLedger, key: string): Promise<void> {
+  await ledger.change((l) => { delete l.agents[key]; }, NOT_DURABLE);
 }
 
 /** Every slot a run still holds or reserved (its runner is ending: nothing of it can start any more). */

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import { writeFileAtomic } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
-import type { RunStore } from '../store/run-store.js';
+import type { RunStore } from '../store/ports.js';
 import { isTerminalRun } from '../store/run-types.js';
 import { descendants, safeStatus } from './run-tree.js';
 

@@ -2,7 +2,7 @@ import path from 'node:path';
 import { isAlive } from '../process/identity.js';
 import { Layout } from '../store/layout.js';
 import type { AgentSlot, Ledger, RootReservation, TreeBudget } from '../store/ledger.js';
-import { RunStore } from '../store/run-store.js';
+import { FileRunStore } from '../store/run-store.js';
 import { descendants, readyIdentity, runMayBeLive, safeRecord, safeStatus } from './run-tree.js';
 import { firstStepWidth, isTerminalRun, type RunRecord, type StepSpec, type StepStatus } from '../store/run-types.js';
 
@@ -27,7 +27,7 @@ const claimsOf = (s: StepSpec): number => (s.kind === 'agent' ? 1 : s.members.le
 export function rebuildLedger(ledgerFile: string): Ledger {
   const l: Ledger = { v: 1, roots: {}, trees: {}, agents: {} };
   try {
-    const store = new RunStore(new Layout(path.dirname(ledgerFile)));
+    const store = new FileRunStore(new Layout(path.dirname(ledgerFile)));
     const records = new Map<string, RunRecord | null>();
     const record = (id: string) => {
       if (!records.has(id)) records.set(id, safeRecord(store, id));

@@ -1,10 +1,8 @@
 import type { ProcessIdentity } from '../process/identity.js';
 import { SubagentError } from '../errors.js';
-import type { Layout } from '../store/layout.js';
 import type { Ledger } from '../store/ledger.js';
-import type { RunStore } from '../store/run-store.js';
+import type { CapacityLedger, RunStore } from '../store/ports.js';
 import { isTerminalRun, isTerminalStep, type RunRecord, type RunState, type RunStatus, type StepError, type StepStatus } from '../store/run-types.js';
-import { withLedger } from './ledger.js';
 import { treeIsLive } from './run-tree.js';
 
 /**
@@ -40,7 +38,7 @@ export interface RunEnd {
 /** What ending a run needs: its files and the state home's ledger. A runner, a server and the CLI each have these. */
 export interface RunEnder {
   store: RunStore;
-  layout: Layout;
+  ledger: CapacityLedger;
 }
 
 /** The run whose end is accounted: which tree it belongs to and whether it holds a capacity slot of its own. */
@@ -136,7 +134,7 @@ export function unstartedAgents(status: RunStatus): number {
 /** Returns an ended run's ledger entries (see `returnRunLocked`) under the ledger lock. */
 export async function returnRunLedger(on: RunEnder, run: EndingRun, status: RunStatus): Promise<void> {
   const unstarted = unstartedAgents(status);
-  await withLedger(on.layout, (l) => returnRunLocked(l, on.store, run, unstarted));
+  await on.ledger.change((l) => returnRunLocked(l, on.store, run, unstarted));
 }
 
 /**

@@ -1,7 +1,7 @@
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { ReadyFile, readStateFile } from '../store/state-files.js';
 import type { Ledger } from '../store/ledger.js';
-import type { RunStore } from '../store/run-store.js';
+import type { RunStore } from '../store/ports.js';
 import { isTerminalRun, type RunRecord, type RunStatus } from '../store/run-types.js';
 
 /** Every run below `runId` in its tree (not itself), found through the children markers. */

@@ -1,5 +1,4 @@
 import { errnoCode, SubagentError } from '../errors.js';
-import { withLedger } from '../lifecycle/ledger.js';
 import { isTerminalRun } from '../store/run-types.js';
 import { catalogFor } from './agent-resolver.js';
 import type { ManagerContext } from './context.js';
@@ -39,7 +38,7 @@ export async function appendStep(ctx: ManagerContext, runId: string, entry: Chai
     const seq = (appends.at(-1)?.seq ?? 0) + 1;
     const stepIndex = record.steps.length + seq - 1;
     const paths = claimPaths([step!], stepIndex);
-    const fanout = await withLedger(ctx.layout, (l) => {
+    const fanout = await ctx.ledger.change((l) => {
       const tree = l.trees[record.rootRunId];
       if (!tree) throw notActive(runId, status.state);
       const remaining = tree.limit - tree.used;
@@ -52,7 +51,7 @@ export async function appendStep(ctx: ManagerContext, runId: string, entry: Chai
     try {
       ctx.store.writeAppend(runId, { seq, acceptedAt: new Date().toISOString(), step: step! });
     } catch (e) {
-      await withLedger(ctx.layout, (l) => { const t = l.trees[record.rootRunId]; if (t) t.used = Math.max(0, t.used - paths.length); }).catch(() => {});
+      await ctx.ledger.change((l) => { const t = l.trees[record.rootRunId]; if (t) t.used = Math.max(0, t.used - paths.length); }).catch(() => {});
       // The store reports a refused write as a SubagentError with the errno on its cause.
       const code = errnoCode(e instanceof SubagentError ? e.cause : e) ?? 'I/O error';
       throw new SubagentError('INTERNAL', `could not record the appended step (${code}); nothing was appended and its fan-out claim was returned. Check free space and permissions of the state home, then retry.`);

@@ -2,9 +2,8 @@ import { SubagentError } from '../errors.js';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, runnerGroups } from '../process/terminate.js';
 import { pruneAgentSlots } from '../lifecycle/agent-slots.js';
-import { withLedger, readLedger } from '../lifecycle/ledger.js';
-import { peekLedger, type Ledger } from '../store/ledger.js';
-import type { RunStore } from '../store/run-store.js';
+import type { Ledger } from '../store/ledger.js';
+import type { RunStore } from '../store/ports.js';
 import { returnRunLocked } from '../lifecycle/run-lifecycle.js';
 import { treeIsLive } from '../lifecycle/run-tree.js';
 import type { ManagerContext } from './context.js';
@@ -67,7 +66,7 @@ export interface Reservation {
 /** Under the ledger lock: capacity (top-level), agent slots (nested), fan-out claims. Nothing is written on refusal. */
 export async function reserve(ctx: ManagerContext, req: ReserveRequest): Promise<Reservation> {
   const { settings } = ctx;
-  return withLedger(ctx.layout, (l) => {
+  return ctx.ledger.change((l) => {
     pruneAgentSlots(l);
     pruneRoots(l, settings.handshakeTimeoutMs, ctx.store);
     const limit = settings.maxActiveRuns;
@@ -112,7 +111,7 @@ export async function reserve(ctx: ManagerContext, req: ReserveRequest): Promise
  * proved itself in the handshake: from now on it is released only on that runner's proven end.
  */
 export async function bindReservation(ctx: ManagerContext, runId: string, runner: ProcessIdentity, nested: boolean): Promise<void> {
-  await withLedger(ctx.layout, (l) => {
+  await ctx.ledger.change((l) => {
     if (!nested) {
       const r = l.roots[runId];
       if (!r) throw new SubagentError('HANDSHAKE_FAILED', 'the capacity reservation expired before the runner was ready');
@@ -126,7 +125,7 @@ export async function bindReservation(ctx: ManagerContext, runId: string, runner
 /** Returns a failed launch's reservation, its agent slots and its fan-out claims (no agent started). */
 export async function releaseReservation(ctx: ManagerContext, runId: string, rootRunId: string, refund: number): Promise<void> {
   const run = { runId, rootRunId, depth: rootRunId === runId ? 0 : 1 };
-  await withLedger(ctx.layout, (l) => returnRunLocked(l, ctx.store, run, refund));
+  await ctx.ledger.change((l) => returnRunLocked(l, ctx.store, run, refund));
 }
 
 /**
@@ -141,7 +140,7 @@ export async function releaseReservation(ctx: ManagerContext, runId: string, roo
 export function refusalWithoutLock(ctx: ManagerContext): string | null {
   const limit = ctx.settings.maxActiveRuns;
   if (limit <= 0) return null;
-  const l = peekLedger(ctx.layout);
+  const l = ctx.ledger.peek();
   if (!l) return null;
   const roots = Object.entries(l.roots);
   if (roots.length < limit) return null;
@@ -170,12 +169,12 @@ let lastStalePruneMs = -Infinity;
  * it; the ledger lock is taken only when there is a candidate.
  */
 export async function releaseStaleRoots(ctx: ManagerContext): Promise<void> {
-  const l = peekLedger(ctx.layout);
+  const l = ctx.ledger.peek();
   if (l === null) return;
   const candidate = Object.values(l.roots).some((r) => (r.runner !== null ? !isAlive(r.runner) : !isAlive(r.server)));
   if (!candidate || performance.now() - lastStalePruneMs < STALE_PRUNE_INTERVAL_MS) return;
   lastStalePruneMs = performance.now();
-  await withLedger(ctx.layout, (led) => {
+  await ctx.ledger.change((led) => {
     pruneAgentSlots(led);
     pruneRoots(led, ctx.settings.handshakeTimeoutMs, ctx.store);
   }).catch(() => { /* busy or refused: the next sweep or listing tries again */ });
@@ -183,13 +182,13 @@ export async function releaseStaleRoots(ctx: ManagerContext): Promise<void> {
 
 /** A lock-free snapshot, for listings. */
 export function capacitySnapshot(ctx: ManagerContext): { active: number; limit: number } {
-  const l = readLedger(ctx.layout);
+  const l = ctx.ledger.read();
   return { active: Object.keys(l.roots).length, limit: ctx.settings.maxActiveRuns };
 }
 
 /** The live budget of a tree, or null once the tree has ended (callers then count the agents that started). */
 export function fanoutSnapshot(ctx: ManagerContext, rootRunId: string): { used: number; limit: number; remaining: number } | null {
-  const t = readLedger(ctx.layout).trees[rootRunId];
+  const t = ctx.ledger.read().trees[rootRunId];
   if (!t) return null;
   return { used: t.used, limit: t.limit, remaining: Math.max(0, t.limit - t.used) };
 }

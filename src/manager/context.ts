@@ -1,7 +1,8 @@
 import type { Settings } from '../config.js';
 import { selfIdentity, type ProcessIdentity } from '../process/identity.js';
-import { Layout } from '../store/layout.js';
-import { RunStore } from '../store/run-store.js';
+import { fileStatePorts, type StatePorts } from '../lifecycle/state-ports.js';
+import type { Layout } from '../store/layout.js';
+import type { CapacityLedger, RunStore, SessionRegistry } from '../store/ports.js';
 import type { NestingContext } from './nesting.js';
 
 /** Everything a use-case needs: settings, the state home, who we are. Built once per server process. */
@@ -9,6 +10,9 @@ export interface ManagerContext {
   settings: Settings;
   layout: Layout;
   store: RunStore;
+  /** Capacity, agent slots and fan-out budgets (src/store/ports.ts). */
+  ledger: CapacityLedger;
+  sessionRegistry: SessionRegistry;
   sessionId: string;
   /** This server process (reservations of a dead launcher are reclaimed by it). */
   server: ProcessIdentity;
@@ -26,8 +30,8 @@ export interface ManagerContext {
 /** The built runner entry and the bundled agents (src/paths.ts: correct in the tsc build and in the bundle). */
 export { RUNNER_MAIN, BUNDLED_AGENTS_DIR } from '../paths.js';
 
-/** The state home's files, and this process as the context names it (`server`). */
-export function makeStore(settings: Settings): { layout: Layout; store: RunStore; server: ProcessIdentity } {
-  const layout = new Layout(settings.home);
-  return { layout, store: new RunStore(layout), server: selfIdentity() };
+/** The state home's ports (src/lifecycle/state-ports.ts), and this process as the context names it (`server`). */
+export function makeStore(settings: Settings): Omit<StatePorts, 'sessions'> & { sessionRegistry: SessionRegistry; server: ProcessIdentity } {
+  const { layout, store, ledger, sessions } = fileStatePorts(settings.home);
+  return { layout, store, ledger, sessionRegistry: sessions, server: selfIdentity() };
 }

@@ -6,9 +6,7 @@ import { BACKENDS, type Backend } from '../agents/types.js';
 import { flagName, type Settings } from '../config.js';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { readEvents } from '../store/event-log.js';
-import { readLedger } from '../lifecycle/ledger.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
-import { SessionRegistry } from '../store/session-registry.js';
 import { checkStateHome } from '../store/state-home.js';
 import { CLAUDE_ROOT_WARNING, listAgents, listBackends } from './agent-list.js';
 import { loadFullCatalog } from './agent-resolver.js';
@@ -168,10 +166,10 @@ export async function runDoctor(ctx: ManagerContext, version: string): Promise<D
   });
   const blocked = names.filter((n) => isNeverPass(n));
 
-  const ledger = safe ? readLedger(ctx.layout) : { roots: {}, agents: {} };
+  const ledger = safe ? ctx.ledger.read() : { roots: {}, agents: {} };
   const attention = safe ? runsNeedingAttention(ctx) : [];
   if (attention.length) warnings.push(`${attention.length} run(s) need attention (see runs needing attention)`);
-  for (const f of safe ? new SessionRegistry(s.home).damaged() : []) {
+  for (const f of safe ? ctx.sessionRegistry.damaged() : []) {
     warnings.push(`session registry file ${f} does not parse; the adoptions it recorded are rebuilt from the runs' adoption markers, so listings and restore still work. Its server rewrites it while it runs; otherwise remove it`);
   }
   if (process.platform === 'win32') warnings.push('launch is not supported on Windows (PLATFORM_UNSUPPORTED); agents and doctor work');

@@ -102,7 +102,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     throw new SubagentError('INVALID_INPUT', `timeoutMs ${input.timeoutMs} is above the maximum of ${settings.maxTimeoutMs} ms (SUBAGENTS_MAX_TIMEOUT_MS).`);
   }
   // Nested: the secret must still be valid now (its step may have ended since this server started).
-  const nesting = ctx.nesting ? checkNesting(ctx.layout, ctx.nesting.parentRunId, ctx.nesting.secretHash) : null;
+  const nesting = ctx.nesting ? checkNesting(ctx.store, ctx.nesting.parentRunId, ctx.nesting.secretHash) : null;
   if (ctx.nesting && !nesting) throw new SubagentError('RUN_NOT_ACTIVE', 'the step that started this server has ended; nothing can be launched from it any more.');
   const parentRecord = nesting ? ctx.store.readRecord(nesting.parentRunId) : null;
   const rootRecord = nesting ? ctx.store.readRecord(nesting.rootRunId) : null;

@@ -1,10 +1,9 @@
 import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import { isRunId } from '../ids.js';
-import type { Layout } from '../store/layout.js';
-import { ChildMarkerFile, readStateFile, RunRecordFile } from '../store/state-files.js';
-import { RunStore } from '../store/run-store.js';
-import { isTerminalRun, type RunRecord } from '../store/run-types.js';
+import type { RunStore } from '../store/ports.js';
+import { ChildMarkerFile, readStateFile } from '../store/state-files.js';
+import { isTerminalRun } from '../store/run-types.js';
 
 /** A server started by an agent of a running step: its launches join that step's run tree. */
 export interface NestingContext {
@@ -20,22 +19,21 @@ export interface NestingContext {
  * Validates SUBAGENTS_BUDGET against the hashes the parent's runner stored for its running steps. Anything invalid
  * or expired yields null: the server is then top-level (docs/contract.md, "Nesting and isolation"), and no error reveals why.
  */
-export function resolveNesting(env: NodeJS.ProcessEnv, layout: Layout): NestingContext | null {
+export function resolveNesting(env: NodeJS.ProcessEnv, store: RunStore): NestingContext | null {
   const secret = env.SUBAGENTS_BUDGET;
   const parentRunId = env.SUBAGENTS_PARENT_RUN_ID;
   if (!secret || !parentRunId || !isRunId(parentRunId) || secret.length < 22) return null;
   const secretHash = createHash('sha256').update(secret).digest('hex');
-  return checkNesting(layout, parentRunId, secretHash);
+  return checkNesting(store, parentRunId, secretHash);
 }
 
 /** Re-checked at every nested launch: the secret is only good while its step runs. */
-export function checkNesting(layout: Layout, parentRunId: string, secretHash: string): NestingContext | null {
+export function checkNesting(store: RunStore, parentRunId: string, secretHash: string): NestingContext | null {
   try {
-    const store = new RunStore(layout);
     const paths = store.paths(parentRunId);
     if (!fs.existsSync(paths.budgetFile(secretHash))) return null;
     const grant = readStateFile<{ stepKey: string }>(paths.budgetFile(secretHash), ChildMarkerFile);
-    const record = readStateFile<RunRecord>(paths.record, RunRecordFile);
+    const record = store.readRecord(parentRunId);
     const status = store.readStatus(parentRunId);
     if (!grant || !record || !status || isTerminalRun(status.state)) return null;
     const step = findStep(status.steps, grant.stepKey);

@@ -1,4 +1,5 @@
-import { SessionRegistry, type SessionRecord } from '../store/session-registry.js';
+import type { SessionRegistry } from '../store/ports.js';
+import type { SessionRecord } from '../store/session-registry.js';
 
 /**
  * Writes this server's session record, merged with what the file already says (a restarted server with the same

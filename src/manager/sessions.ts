@@ -3,7 +3,8 @@ import path from 'node:path';
 import { SubagentError } from '../errors.js';
 import { isSessionIdShape } from '../ids.js';
 import { writeFileAtomic, ensurePrivateDir } from '../store/atomic-write.js';
-import { SessionRegistry, type SessionRecord } from '../store/session-registry.js';
+import type { SessionRegistry } from '../store/ports.js';
+import type { SessionRecord } from '../store/session-registry.js';
 import { newSessionRecord, registerSession } from './session-record.js';
 import type { ManagerContext } from './context.js';
 import { listAll, type RunMeta } from './listing.js';
@@ -18,9 +19,7 @@ import { summarize, type RunSummary } from './status-view.js';
 export class SessionView {
   private cache: { at: number; set: Set<string> } | null = null;
   private own: SessionRecord;
-  readonly registry: SessionRegistry;
-  constructor(private readonly home: string, readonly sessionId: string, private readonly runsDir: string) {
-    this.registry = new SessionRegistry(home);
+  constructor(readonly registry: SessionRegistry, readonly sessionId: string, private readonly runsDir: string) {
     this.own = newSessionRecord(sessionId);
   }
 

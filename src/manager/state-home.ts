@@ -1,7 +1,8 @@
 import type { Settings } from '../config.js';
 import { Layout } from '../store/layout.js';
 import { settleLocks } from '../store/lock.js';
-import { SessionRegistry, type SessionRecord } from '../store/session-registry.js';
+import type { SessionRegistry } from '../store/ports.js';
+import type { SessionRecord } from '../store/session-registry.js';
 import { checkStateHome, openStateHome } from '../store/state-home.js';
 import { seedAppearedRunIds } from './listing.js';
 import { registerSession } from './session-record.js';
@@ -22,9 +23,14 @@ export function checkHome(home: string): ReturnType<typeof checkStateHome> {
 
 /** Records this server's session in the registry (read-merge-write under its lock): `registerSession`. */
 export function sessionRegistrar(settings: Settings, fresh: boolean): (own: SessionRecord, client: SessionRecord['client']) => Promise<SessionRecord> {
-  const registry = new SessionRegistry(settings.home);
   const runsDir = new Layout(settings.home).runsDir;
-  return (own, client) => registerSession(registry, runsDir, own, client, { fresh });
+  let registry: Promise<SessionRegistry> | null = null;
+  return async (own, client) => {
+    // The ports' module is loaded at the first registration (the client's initialize), not with this one: it brings
+    // the ledger's, which a cold start does not need before then.
+    registry ??= import('../lifecycle/state-ports.js').then((m) => m.fileSessionRegistry(settings.home));
+    return registerSession(await registry, runsDir, own, client, { fresh });
+  };
 }
 
 /** Waits for lock acquisitions under way to finish, so that an exiting server strands no lock (store/lock.ts). */

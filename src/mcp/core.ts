@@ -26,14 +26,14 @@ import { loadTool, TOOL_NAMES } from './tools/lazy.js';
 
 /** Builds the manager context of one server process. */
 export function buildContext(settings: Settings, env: NodeJS.ProcessEnv, clientRoots: () => string[] | null, log: (line: string) => void = () => {}): { ctx: ManagerContext; sessions: SessionView } {
-  const { layout, store, server } = makeStore(settings);
+  const { layout, store, ledger, sessionRegistry, server } = makeStore(settings);
   const sessionId = settings.sessionId ?? newSessionId();
-  const sessions = new SessionView(settings.home, sessionId, layout.runsDir);
-  const nesting = resolveNesting(env, layout);
+  const sessions = new SessionView(sessionRegistry, sessionId, layout.runsDir);
+  const nesting = resolveNesting(env, store);
   const explicit = settings.explicitRoots?.map(realpathOrNull).filter((r): r is string => r !== null) ?? null;
   const fallback = fallbackRoots(settings.cwd, env);
   const ctx: ManagerContext = {
-    settings, layout, store, sessionId, server, nesting, env, log,
+    settings, layout, store, ledger, sessionRegistry, sessionId, server, nesting, env, log,
     roots: () => explicit ?? clientRoots() ?? fallback,
     visibleSessions: () => sessions.visible(),
   };

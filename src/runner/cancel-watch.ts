@@ -1,5 +1,5 @@
 import { readCancelRequest, type CancelReason } from '../lifecycle/cancel-request.js';
-import type { RunStore } from '../store/run-store.js';
+import type { RunStore } from '../store/ports.js';
 import { DirWatch } from '../wait.js';
 
 export interface CancelWatch {

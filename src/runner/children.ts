@@ -2,7 +2,7 @@ import { requestCancelOnce, type CancelReason } from '../lifecycle/cancel-reques
 import { descendants, readyIdentity, runMayBeLive, safeRecord, safeStatus } from '../lifecycle/run-tree.js';
 import type { ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/terminate.js';
-import type { RunStore } from '../store/run-store.js';
+import type { RunStore } from '../store/ports.js';
 import { isTerminalRun } from '../store/run-types.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));

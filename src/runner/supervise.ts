@@ -8,10 +8,11 @@ import { agentSourceEnv, buildAgentEnv } from '../agents/agent-env.js';
 import type { ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, signalVerified, terminateProcesses } from '../process/terminate.js';
 import { diskFaultOf, ensurePrivateDir, removeStaleTemps, writeFileAtomic } from '../store/atomic-write.js';
-import { Layout, type RunPaths } from '../store/layout.js';
+import type { Layout, RunPaths } from '../store/layout.js';
 import { endRun, returnRunLedger, type EndState } from '../lifecycle/run-lifecycle.js';
 export { settleLocks } from '../store/lock.js';
-import { RunStore } from '../store/run-store.js';
+import type { CapacityLedger, RunStore } from '../store/ports.js';
+import { fileStatePorts, type StatePorts } from '../lifecycle/state-ports.js';
 import {
   isTerminalRun, type AgentTaskSpec, type RunRecord, type RunStatus, type StepError,
   type StepSpec, type StepStatus,
@@ -70,6 +71,11 @@ interface StepOutcome {
 export interface SuperviseHost {
   /** The run's own detached runner: SIGTERM/SIGINT cancel the run, and the process lowers its priority after the end. */
   processSignals: boolean;
+  /**
+   * The run store and ledger the supervision uses: a host that already holds the home's ports (another
+   * implementation, docs/architecture.md "Seams") passes them; by default the files of the run's state home.
+   */
+  ports?: Pick<StatePorts, 'layout' | 'store' | 'ledger'>;
 }
 
 /** The detached runner (`runner/main.ts`): one run, the whole process. */
@@ -81,8 +87,7 @@ export const RUNNER_HOST: SuperviseHost = { processSignals: true };
  * supervises it, which need not be a detached runner of its own (`host`).
  */
 export async function supervise(record: RunRecord, paths: RunPaths, me: ProcessIdentity, claimed: RunStatus | null = null, host: SuperviseHost = RUNNER_HOST): Promise<number> {
-  const layout = new Layout(path.dirname(path.dirname(paths.dir)));
-  const store = new RunStore(layout);
+  const { layout, store, ledger } = host.ports ?? fileStatePorts(path.dirname(path.dirname(paths.dir)));
   const started = claimed ?? await persistently(() => store.update(record.runId, (s) => (s.state === 'starting'
     ? { ...s, state: 'running', startedAt: new Date().toISOString(), runner: me }
     : null), { durable: true }));
@@ -100,7 +105,7 @@ export async function supervise(record: RunRecord, paths: RunPaths, me: ProcessI
   installStatusWriteFault(process.env.SUBAGENTS_TEST_FAULT, paths.dir);
   // Only a process that is the run's own runner may exit on a crash; a host that shares its process keeps its own.
   if (host.processSignals) stopRunOnCrash(record, me);
-  return new Executor(record, paths, store, layout, me, started, host).run();
+  return new Executor(record, paths, store, ledger, layout, me, started, host).run();
 }
 
 /**
@@ -131,6 +136,7 @@ class Executor {
     private readonly record: RunRecord,
     private readonly paths: RunPaths,
     private readonly store: RunStore,
+    private readonly ledger: CapacityLedger,
     private readonly layout: Layout,
     private readonly me: ProcessIdentity,
     private status: RunStatus,
@@ -300,10 +306,10 @@ class Executor {
 
   private async runAgent(st: StepStatus, spec: AgentTaskSpec, task: string, signal: AbortSignal): Promise<StepOutcome> {
     const slotKey = `${this.runId}:${st.key}`;
-    const got = await claimAgentSlot(this.layout, slotKey, this.me, this.record.maxAgents, signal, this.record.rootRunId);
+    const got = await claimAgentSlot(this.ledger, slotKey, this.me, this.record.maxAgents, signal, this.record.rootRunId);
     if (!got || signal.aborted) {
       // Stopped (cancel, timeout, failFast) before its agent was spawned: it never started, its fan-out claim is returned.
-      if (got) await releaseAgentSlot(this.layout, slotKey).catch(() => {});
+      if (got) await releaseAgentSlot(this.ledger, slotKey).catch(() => {});
       st.state = 'skipped';
       await this.write();
       return { ok: false, ran: false, text: NO_TEXT, error: { code: this.stopReason ?? 'CANCELLED', message: `step ${st.key} did not start` } };
@@ -356,7 +362,7 @@ class Executor {
         onStarted: (agent) => {
           st.process = agent;
           // Not awaited here (the agent is already running), but before the step ends: nothing outlives its step.
-          recorded.push(this.write().catch(() => {}), setAgentSlotProcess(this.layout, slotKey, agent).catch(() => {}));
+          recorded.push(this.write().catch(() => {}), setAgentSlotProcess(this.ledger, slotKey, agent).catch(() => {}));
         },
       });
     } finally {
@@ -366,7 +372,7 @@ class Executor {
     await settleChildren(this.store, this.runId, st.key, this.stopReason === 'CANCELLED' ? 'CANCELLED' : 'PARENT_ENDED');
     // A single run's one slot goes back with the rest of its ledger entries at the run's end (endRun, after
     // the sweep of leftovers): one ledger section fewer per run, on the lock every run of the state home shares.
-    if (this.record.mode !== 'single') await releaseAgentSlot(this.layout, slotKey).catch(() => {});
+    if (this.record.mode !== 'single') await releaseAgentSlot(this.ledger, slotKey).catch(() => {});
     st.exitCode = result.exitCode;
     st.signal = result.signal;
     st.endedAt = new Date().toISOString();
@@ -457,7 +463,7 @@ class Executor {
    * when the run or group was being stopped meanwhile (`message` null), cancelled like a stopped agent. Its slot goes back.
    */
   private async endUnstartable(st: StepStatus, slotKey: string, message: string | null): Promise<StepOutcome> {
-    if (this.record.mode !== 'single') await releaseAgentSlot(this.layout, slotKey).catch(() => {});
+    if (this.record.mode !== 'single') await releaseAgentSlot(this.ledger, slotKey).catch(() => {});
     st.state = message === null ? 'cancelled' : 'failed';
     st.endedAt = new Date().toISOString();
     st.error = message === null
@@ -500,7 +506,7 @@ class Executor {
    * holds the run lock. Retried whole by `persistently` after a refused write; the ledger is returned only once.
    */
   private async endLocked(state: EndState, error: StepError | null): Promise<void> {
-    const r = await endRun({ store: this.store, layout: this.layout }, this.record, { state, error }, { locked: true, runnerStatus: this.status, ledgerReturned: this.ledgerReturned });
+    const r = await endRun({ store: this.store, ledger: this.ledger }, this.record, { state, error }, { locked: true, runnerStatus: this.status, ledgerReturned: this.ledgerReturned });
     this.ledgerReturned = r.ledgerReturned;
     this.endedHere ||= r.ours;
     this.status = r.status;
@@ -511,7 +517,7 @@ class Executor {
   private async retryLedgerReturn(): Promise<void> {
     if (!this.endedHere || this.ledgerReturned || this.status.survivors.length > 0) return;
     try {
-      await returnRunLedger({ store: this.store, layout: this.layout }, this.record, this.status);
+      await returnRunLedger({ store: this.store, ledger: this.ledger }, this.record, this.status);
       this.ledgerReturned = true;
     } catch (e) {
       process.stderr.write(`runner: ledger release failed: ${(e as Error).message}\n`);

@@ -10,6 +10,7 @@ import { AppendFile, ChildMarkerFile, readStateFile, RunRecordFile, RunStatusFil
 import { Layout, RunPaths } from './layout.js';
 import { withLock } from './lock.js';
 import { isTerminalRun, type AppendRecord, type RunRecord, type RunStatus } from './run-types.js';
+import type { RunStore } from './ports.js';
 
 /** A run's directory written under a hidden name, its fsyncs under way (`RunStore.prepare`). */
 export interface PreparedRun {
@@ -35,7 +36,7 @@ export interface UpdateOptions {
 }
 
 /** Files of runs: records, status with compare-and-set of terminal states, appends, markers. */
-export class RunStore {
+export class FileRunStore implements RunStore {
   constructor(readonly layout: Layout) {}
 
   paths(runId: string): RunPaths {

@@ -3,6 +3,7 @@ import path from 'node:path';
 import { createFileExclusive, writeFileAtomic, ensureDurablePrivateDir, ensurePrivateDir, fsyncDir } from './atomic-write.js';
 import { readJsonFile } from './json-file.js';
 import { readStateFile, SessionRecordFile } from './state-files.js';
+import type { SessionRegistry } from './ports.js';
 
 /**
  * One session's record. Servers sharing a session id (SUBAGENTS_SESSION_ID) write the same file: every
@@ -30,7 +31,7 @@ const nameOf = (id: string): string => encodeURIComponent(id).replace(/\./g, '%2
  * A session whose file is lost or damaged keeps its links; restores made before the links existed are rebuilt from
  * the adoption markers restore leaves in the adopted sessions' run directories (`adopted-by/<id>`).
  */
-export class SessionRegistry {
+export class FileSessionRegistry implements SessionRegistry {
   readonly dir: string;
   readonly linksDir: string;
   constructor(private readonly home: string) {

@@ -3,7 +3,6 @@ import { isRunId } from '../ids.js';
 import type { ManagerContext } from '../manager/context.js';
 import { listedError } from '../manager/status-view.js';
 import { readEvents } from '../store/event-log.js';
-import { peekLedger } from '../store/ledger.js';
 import { isTerminalRun, type RunRecord, type RunStatus, type StepStatus } from '../store/run-types.js';
 import type { RowCache } from './row-cache.js';
 
@@ -211,7 +210,7 @@ export class HomeModel {
   row(runId: string): RunRow | undefined { return this.rows.get(runId); }
 
   gauges(): Gauges {
-    const l = peekLedger(this.ctx.layout);
+    const l = this.ctx.ledger.peek();
     let queued = 0;
     let active = 0;
     for (const r of this.rows.values()) {

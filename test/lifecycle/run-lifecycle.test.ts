@@ -176,6 +176,44 @@ describe('one run lifecycle: the same accounting from every caller', () => {
     }, 40_000);
   }
 
+  it("a run supervised by another host process, through the state ports that host passes", async () => {
+    const ids = fabricate({ nested: false, state: 'starting', runner: null });
+    // A host that is not the detached runner (as a worker would be) supervises the run with ports of its own: here the
+    // file ports behind a wrapper that counts the calls, so the test sees the supervision use them and nothing else.
+    const supervise = pathToFileURL(path.join(REPO, 'dist', 'runner', 'supervise.js')).href;
+    const ports = pathToFileURL(path.join(REPO, 'dist', 'lifecycle', 'state-ports.js')).href;
+    const identity = pathToFileURL(path.join(REPO, 'dist', 'process', 'identity.js')).href;
+    const script = `
+      const fs = await import('node:fs');
+      const { supervise } = await import(${JSON.stringify(supervise)});
+      const { fileStatePorts } = await import(${JSON.stringify(ports)});
+      const { readIdentity } = await import(${JSON.stringify(identity)});
+      const files = fileStatePorts(process.argv[1]);
+      const calls = {};
+      const counted = (o, what) => new Proxy(o, { get(t, k) {
+        const v = Reflect.get(t, k, t);
+        return typeof v === 'function' ? (...a) => { calls[what + '.' + String(k)] = (calls[what + '.' + String(k)] ?? 0) + 1; return v.apply(t, a); } : v;
+      } });
+      const paths = files.layout.run(process.argv[2]);
+      const record = JSON.parse(fs.readFileSync(paths.record, 'utf8'));
+      const host = { processSignals: false, ports: { layout: files.layout, store: counted(files.store, 'store'), ledger: counted(files.ledger, 'ledger') } };
+      const code = await supervise(record, paths, readIdentity(process.pid), null, host);
+      process.stdout.write(JSON.stringify({ code, calls }));
+    `;
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', script, t.home, ids.runId], { encoding: 'utf8', timeout: 30_000 });
+    expect(r.status, r.stderr).toBe(0);
+    const out = JSON.parse(r.stdout) as { code: number; calls: Record<string, number> };
+    expect(out.code).toBe(0);
+    // The start claim and the end are status writes through the store passed; the agent slot and the run's return
+    // to the ledger go through the ledger passed.
+    expect(out.calls['store.update']).toBeGreaterThanOrEqual(1);
+    expect(out.calls['ledger.change']).toBeGreaterThanOrEqual(2);
+    const s = ctx.store.readStatus(ids.runId)!;
+    expect(s.state).toBe('failed');
+    expect(s.steps.map((st) => st.state)).toEqual(['failed', 'skipped']);
+    expectTopLevelAccounting(ids.runId);
+  }, 40_000);
+
   it('a launch that gives up at the handshake', async () => {
     const aborted = new AbortController();
     aborted.abort();

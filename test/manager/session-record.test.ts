@@ -3,7 +3,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { newSessionRecord, registerSession } from '../../src/manager/session-record.js';
-import { SessionRegistry } from '../../src/store/session-registry.js';
+import { FileSessionRegistry } from '../../src/store/session-registry.js';
 
 const SID = `s-restarted-${'r'.repeat(16)}`;
 const OWNER = `s-owner-${'o'.repeat(16)}`;
@@ -22,12 +22,12 @@ describe('registerSession', () => {
   afterEach(() => fs.rmSync(home, { recursive: true, force: true }));
 
   it('rebuilds a session\'s lost ancestors from the runs\' adoption markers', async () => {
-    const rec = await registerSession(new SessionRegistry(home), runsDir, newSessionRecord(SID), null);
+    const rec = await registerSession(new FileSessionRegistry(home), runsDir, newSessionRecord(SID), null);
     expect(rec.ancestors).toEqual([OWNER]);
   });
 
   it('does not read the run directories for an id made fresh by this process (nothing can name it yet)', async () => {
-    const rec = await registerSession(new SessionRegistry(home), runsDir, newSessionRecord(SID), null, { fresh: true });
+    const rec = await registerSession(new FileSessionRegistry(home), runsDir, newSessionRecord(SID), null, { fresh: true });
     expect(rec.ancestors).toEqual([]);
   });
 });

@@ -185,9 +185,9 @@ describe('sessions: restore by lineage across server generations', () => {
     const registryJs = pathToFileURL(path.join(REPO, 'dist', 'store', 'session-registry.js')).href;
     const script = `
       const fs = await import('node:fs');
-      const { SessionRegistry } = await import(${JSON.stringify(registryJs)});
+      const { FileSessionRegistry } = await import(${JSON.stringify(registryJs)});
       const [home, id, anc, gate] = process.argv.slice(1);
-      const reg = new SessionRegistry(home);
+      const reg = new FileSessionRegistry(home);
       await reg.withRecord(id, async () => {
         const rec = reg.read(id);
         fs.writeFileSync(gate + '/held', '');

@@ -10,7 +10,7 @@ import { readJsonFile, readTextNoFollow } from '../../src/store/json-file.js';
 import { Layout } from '../../src/store/layout.js';
 import { withLock } from '../../src/store/lock.js';
 import { REPO } from '../helpers/paths.js';
-import { RunStore } from '../../src/store/run-store.js';
+import { FileRunStore } from '../../src/store/run-store.js';
 import type { RunRecord, RunStatus } from '../../src/store/run-types.js';
 import { checkStateHome, openStateHome } from '../../src/store/state-home.js';
 
@@ -70,7 +70,7 @@ describe('event log', () => {
 });
 
 describe('run store: status compare-and-set', () => {
-  async function makeRun(store: RunStore): Promise<string> {
+  async function makeRun(store: FileRunStore): Promise<string> {
     const runId = newRunId();
     const record = { v: 1, runId, steps: [], mode: 'single' } as unknown as RunRecord;
     const status: RunStatus = {
@@ -83,7 +83,7 @@ describe('run store: status compare-and-set', () => {
 
   it('the first terminal state wins; later writers get the stored one back and the file never changes again', async () => {
     openStateHome(path.join(dir, 'home'));
-    const store = new RunStore(new Layout(path.join(dir, 'home')));
+    const store = new FileRunStore(new Layout(path.join(dir, 'home')));
     const runId = await makeRun(store);
     const done = await store.update(runId, (s) => ({ ...s, state: 'completed', endedAt: 'then' }));
     expect(done.state).toBe('completed');
@@ -97,7 +97,7 @@ describe('run store: status compare-and-set', () => {
 
   it('a damaged status.json is STATE_CORRUPT for that run only', async () => {
     openStateHome(path.join(dir, 'home'));
-    const store = new RunStore(new Layout(path.join(dir, 'home')));
+    const store = new FileRunStore(new Layout(path.join(dir, 'home')));
     const bad = await makeRun(store);
     const good = await makeRun(store);
     fs.writeFileSync(store.paths(bad).status, '{"v":1,"sta');
@@ -109,7 +109,7 @@ describe('run store: status compare-and-set', () => {
   it('run ids that are not ids never become paths', () => {
     const layout = new Layout(path.join(dir, 'home'));
     for (const id of ['../../x', 'r-../../etc', '', `r-${'A'.repeat(23)}/`]) expect(() => layout.runDir(id), id).toThrow(/invalid run id/);
-    expect(new RunStore(layout).exists('../../x')).toBe(false);
+    expect(new FileRunStore(layout).exists('../../x')).toBe(false);
   });
 });
 
