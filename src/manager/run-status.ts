@@ -2,7 +2,7 @@ import { SubagentError } from '../errors.js';
 import { watchRunDirs } from './run-files.js';
 import type { DirWatch } from '../wait.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
-import { capacitySnapshot } from './capacity.js';
+import { capacitySnapshot, releaseStaleRoots } from './capacity.js';
 import type { ManagerContext } from './context.js';
 import { listVisibleRuns, requireVisible, type RunMeta } from './listing.js';
 import { reconcileRun, reconcileSettled } from './reconcile.js';
@@ -183,5 +183,6 @@ export async function getStatus(ctx: ManagerContext, q: StatusQuery, o: { signal
     try { s = await listedStatus(ctx, m.runId); } catch { s = null; }
     runs.push(summarize(ctx, m.runId, s, dismissed.has(m.runId)));
   }
+  await releaseStaleRoots(ctx); // the capacity shown agrees with the runs listed: a proven-ended root holds no slot
   return { kind: 'list', sessionId: ctx.sessionId, runs, ...(omitted ? { omitted } : {}), capacity: capacitySnapshot(ctx), ...(info ?? {}) };
 }

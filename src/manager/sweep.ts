@@ -1,5 +1,6 @@
 import { isTerminalRun } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';
+import { releaseStaleRoots } from './capacity.js';
 import { reconcileRun } from './reconcile.js';
 
 /** How often a live server reconciles every run of the state home (docs/contract.md, "Run states"). */
@@ -46,6 +47,7 @@ export class Sweeper {
           if (after && isTerminalRun(after)) { this.terminal.add(runId); reconciled++; }
         } catch { /* damaged: reported by status, skipped here */ }
       }
+      await releaseStaleRoots(this.ctx);
     } finally {
       this.running = false;
     }

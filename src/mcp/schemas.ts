@@ -84,7 +84,7 @@ export const DashboardInput = z.object({
 
 // ---- outputs ---------------------------------------------------------------------------------------------
 
-const ErrorInfo = z.object({ code: z.string(), message: z.string() }).nullable();
+const ErrorInfo = z.object({ code: z.string(), message: z.string(), detail: z.string().optional() }).nullable();
 const Fanout = z.object({ used: z.number(), limit: z.number(), remaining: z.number() });
 const Capacity = z.object({ active: z.number(), limit: z.number() });
 const TextView = z.object({ text: z.string(), bytes: z.number(), truncated: z.boolean() });
@@ -118,6 +118,7 @@ export const StatusOutput = z.object({
   output: TextView.extend({ uri: z.string() }).optional(), fanout: Fanout.optional(), pendingAppends: z.number().optional(),
   adopted: z.boolean().optional(), dismissed: z.boolean().optional(), runnerPid: z.number().nullable().optional(),
   runnerLogTail: z.string().optional(), survivors: z.array(z.number()).optional(),
+  escaped: z.array(z.object({ pid: z.number(), command: z.string() })).optional(),
   runs: z.array(RunSummary).optional(),
   omitted: z.number().optional().describe('Older runs not listed inline (the newest 200 are); resources/list pages through all'),
   capacity: Capacity.optional(),
