@@ -66,7 +66,8 @@ export function resolveRunId(ctx: ManagerContext, arg: string): string {
   const want = arg.trim();
   if (isRunId(want) && fs.existsSync(ctx.store.paths(want).record)) return want;
   const prefix = want.startsWith('r-') ? want : `r-${want}`;
-  if (want.length >= 3 && /^[A-Za-z0-9_-]+$/.test(want)) {
+  // `r-` alone is a prefix too (of every run): it resolves when there is one run, and is ambiguous otherwise.
+  if ((want.length >= 3 || want === 'r-') && /^[A-Za-z0-9_-]+$/.test(want)) {
     const matches = ctx.store.listRunIds().filter((id) => id.startsWith(prefix) && fs.existsSync(ctx.store.paths(id).record));
     if (matches.length === 1) return matches[0]!;
     if (matches.length > 1) {

@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import type { ManagerContext } from '../manager/context.js';
+import { openRunFile } from '../manager/run-files.js';
 import { freshStatus } from '../manager/run-status.js';
 import { isTerminalRun, isTerminalStep, type RunStatus, type StepStatus } from '../store/run-types.js';
 import { formatBytes, formatDuration } from '../format.js';
@@ -66,8 +67,8 @@ export async function logsCommand(ctx: ManagerContext, runId: string, o: LogsOpt
   /** Copies what is new in the current file; returns the bytes copied. */
   const drain = async (): Promise<number> => {
     if (!file) return 0;
-    let fd: number;
-    try { fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW); } catch { return 0; }
+    const fd = openRunFile(file); // never blocks on a FIFO in the output's place
+    if (fd === null) return 0;
     let copied = 0;
     try {
       const buf = Buffer.alloc(CHUNK);

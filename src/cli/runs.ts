@@ -2,6 +2,7 @@ import { queueSnapshot } from '../manager/capacity.js';
 import { listAll, type RunMeta } from '../manager/listing.js';
 import { freshStatus } from '../manager/run-status.js';
 import type { ManagerContext } from '../manager/context.js';
+import { listedError, UNREADABLE_STATE } from '../manager/status-view.js';
 import { TERMINAL_RUN_STATES, type RunStatus } from '../store/run-types.js';
 import { CliError, EXIT_USAGE } from './context.js';
 import { formatAge, formatDuration, oneLine, table } from '../format.js';
@@ -41,12 +42,12 @@ export async function rowOf(ctx: ManagerContext, m: RunMeta): Promise<RunRow> {
   let error: RunRow['error'] = null;
   try {
     s = await freshStatus(ctx, m.runId);
-    error = s.error;
+    error = listedError(s.error);
   } catch (e) {
     error = { code: 'STATE_CORRUPT', message: (e as Error).message };
   }
   return {
-    runId: m.runId, sessionId: m.sessionId, state: s?.state ?? 'corrupt', mode: m.mode, agents: m.agents, label: m.label,
+    runId: m.runId, sessionId: m.sessionId, state: s?.state ?? UNREADABLE_STATE, mode: m.mode, agents: m.agents, label: m.label,
     createdAt: m.createdAt, startedAt: s?.startedAt ?? null, endedAt: s?.endedAt ?? null, durationMs: durationOf(m.createdAt, s),
     depth: m.depth, parentRunId: m.parentRunId, rootRunId: m.rootRunId, dismissed: ctx.store.isDismissed(m.runId), error,
     ...(s?.state === 'queued' ? queuePlace(ctx, m.runId) : {}),
@@ -62,7 +63,7 @@ export async function runsCommand(ctx: ManagerContext, o: RunsOptions, out: (s: 
   }
   const stateMatches = (state: string) => !wanted || wanted.some((w) => w === state
     || (w === 'active' && (state === 'queued' || state === 'starting' || state === 'running'))
-    || (w === 'terminal' && ((TERMINAL_RUN_STATES as readonly string[]).includes(state) || state === 'corrupt')));
+    || (w === 'terminal' && ((TERMINAL_RUN_STATES as readonly string[]).includes(state) || state === UNREADABLE_STATE)));
   const all = listAll(ctx);
   const byId = new Map(all.map((m) => [m.runId, m]));
   // A nested run belongs to the session of its tree's root as well (its own session is its agent's server's).

@@ -27,7 +27,7 @@ export interface StepDetail {
   outputTruncated: boolean;
   usage: Record<string, number> | null;
   costUsd: number | null;
-  error: { code: string; message: string } | null;
+  error: { code: string; message: string; detail?: string } | null;
   appendSeq: number | null;
   children: string[];
   files: { output: FileInfo; raw?: FileInfo; stderr?: FileInfo; patch?: FileInfo };
@@ -54,7 +54,7 @@ export interface RunDetail {
   endedAt: string | null;
   durationMs: number | null;
   lastActivityAt: string;
-  error: { code: string; message: string } | null;
+  error: { code: string; message: string; detail?: string } | null;
   dismissed: boolean;
   timeoutMs: number | null;
   killGraceMs: number;
@@ -64,6 +64,7 @@ export interface RunDetail {
   runner: (ProcessIdentity & { alive: boolean }) | null;
   runnerLogTail?: string;
   survivors: ProcessIdentity[];
+  escaped: Array<{ pid: number; command: string }>;
   children: string[];
   steps: StepDetail[];
   output: FileInfo;
@@ -123,7 +124,7 @@ export async function runDetail(ctx: ManagerContext, runId: string): Promise<Run
     createdAt: record.createdAt, startedAt: status.startedAt, endedAt: status.endedAt, durationMs: durationOf(record.createdAt, status),
     lastActivityAt: view.lastActivityAt, error: status.error, dismissed: view.dismissed, timeoutMs: record.timeoutMs,
     killGraceMs: record.killGraceMs, limits: record.limits, fanout: view.fanout, pendingAppends: view.pendingAppends,
-    runner: withLiveness(status.runner), survivors: status.survivors, children: children.map((c) => c.runId), steps,
+    runner: withLiveness(status.runner), survivors: status.survivors, escaped: (status.escaped ?? []).map((p) => ({ pid: p.pid, command: p.command })), children: children.map((c) => c.runId), steps,
     output: fileInfo(paths.runOutput),
     files: { dir: paths.dir, record: fileInfo(paths.record), status: fileInfo(paths.status), events: fileInfo(paths.events), runnerLog: fileInfo(paths.runnerLog) },
     ...(({ events, skipped }) => ({ events, eventsSkipped: skipped }))(readRunEvents(ctx, runId)),
@@ -139,6 +140,7 @@ export function renderDetail(d: RunDetail, out: (s: string) => void): void {
   out(`run ${d.runId}`);
   const kv = (k: string, v: string) => out(`  ${`${k}:`.padEnd(13)}${v}`);
   kv('state', `${d.state}${d.queue ? ` (position ${d.queue.position} of ${d.queue.length} in the queue)` : ''}${d.error ? ` — ${d.error.code}: ${oneLine(d.error.message, 200)}` : ''}${d.dismissed ? ' [dismissed]' : ''}`);
+  if (d.error?.detail) kv('agent said', oneLine(d.error.detail, 300));
   kv('mode', `${d.mode}, ${d.steps.length} step${d.steps.length === 1 ? '' : 's'}${d.pendingAppends ? ` (+${d.pendingAppends} appended, pending)` : ''}`);
   if (d.label) kv('label', oneLine(d.label, 200));
   kv('session', d.sessionId);
@@ -151,6 +153,7 @@ export function renderDetail(d: RunDetail, out: (s: string) => void): void {
   kv('activity', `${d.lastActivityAt} (${formatAge(d.lastActivityAt, now)})`);
   kv('runner', d.runner ? `pid ${d.runner.pid} (start time ${d.runner.startTime}, ${d.runner.alive ? 'alive' : 'gone'})` : 'not started');
   kv('limits', `fan-out ${d.fanout.used} of ${d.fanout.limit} used; depth limit ${d.limits.maxDepth}; timeout ${d.timeoutMs === null ? 'none' : formatDuration(d.timeoutMs)}; kill grace ${d.killGraceMs} ms`);
+  if (d.escaped.length) kv('escaped', d.escaped.map((p) => `pid ${p.pid} (${oneLine(p.command, 80)})`).join(', ') + ' (left the run\'s group and token; stopped by the runner)');
   if (d.survivors.length) kv('survivors', d.survivors.map((p) => `pid ${p.pid}`).join(', ') + ' (could not be killed; their slots stay held)');
   if (d.children.length) kv('children', d.children.join(', '));
   out('');
@@ -166,7 +169,7 @@ export function renderDetail(d: RunDetail, out: (s: string) => void): void {
       s.costUsd !== null ? `$${s.costUsd.toFixed(4)}` : null,
     ].filter(Boolean).join(', ');
     out(`${indent}${name} ${s.agent}: ${s.state} — ${evidence}`);
-    if (s.error) out(`${indent}  error: ${s.error.code}: ${oneLine(s.error.message, 200)}`);
+    if (s.error) out(`${indent}  error: ${s.error.code}: ${oneLine(s.error.message, 200)}${s.error.detail ? ` (said: ${oneLine(s.error.detail, 200)})` : ''}`);
     if (s.children.length) out(`${indent}  children: ${s.children.join(', ')}`);
     if (s.changes) {
       const c = s.changes;

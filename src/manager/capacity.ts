@@ -163,6 +163,29 @@ export function refusalWithoutLock(ctx: ManagerContext): string | null {
   return `${roots.length} of ${limit} active runs`;
 }
 
+/** At most one locked prune per this interval per process, while a candidate stays (a tree still winding down). */
+const STALE_PRUNE_INTERVAL_MS = 1000;
+let lastStalePruneMs = -Infinity;
+
+/**
+ * Returns the slots of roots whose end is proven (pruneRoots), when a lock-free look finds a candidate: a bound root
+ * whose runner is gone, or an unbound one whose launching server is. Without it, a root whose runner was lost while
+ * its nested runs lived kept its slot after the last of them ended — the sweep looks only at non-terminal runs — until
+ * the next launch pruned it; listings meanwhile showed a full capacity and no active run. The sweep and listings call
+ * it; the ledger lock is taken only when there is a candidate.
+ */
+export async function releaseStaleRoots(ctx: ManagerContext): Promise<void> {
+  const l = ctx.ledger.peek();
+  if (l === null) return;
+  const candidate = Object.values(l.roots).some((r) => (r.runner !== null ? !isAlive(r.runner) : !isAlive(r.server)));
+  if (!candidate || performance.now() - lastStalePruneMs < STALE_PRUNE_INTERVAL_MS) return;
+  lastStalePruneMs = performance.now();
+  await ctx.ledger.change((led) => {
+    pruneAgentSlots(led);
+    pruneRoots(led, ctx.settings.handshakeTimeoutMs, ctx.store);
+  }).catch(() => { /* busy or refused: the next sweep or listing tries again */ });
+}
+
 /** A lock-free snapshot, for listings: active slots, their limit, and the launches waiting in the queue. */
 export function capacitySnapshot(ctx: ManagerContext): { active: number; limit: number; queued: number } {
   const l = ctx.ledger.read();

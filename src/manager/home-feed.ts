@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import { isRunId } from '../ids.js';
 import { dirSignature } from '../store/dir-snapshot.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
+import { openStateFile } from '../store/state-file.js';
 import type { ManagerContext } from './context.js';
 import { readMeta, type RunMeta } from './listing.js';
 import { reconcileRun } from './reconcile.js';
@@ -275,9 +276,11 @@ export class HomeFeed {
     const file = this.ctx.store.paths(runId).events;
     let buf: Buffer;
     try {
-      const fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+      // Never blocks on a FIFO in the log's place, nor reads through a symlinked run directory.
+      const opened = openStateFile(file, `events.jsonl of ${runId}`);
+      if (opened === null) return [];
+      const { fd, size } = opened;
       try {
-        const size = fs.fstatSync(fd).size;
         if (size <= f.offset) return [];
         buf = Buffer.alloc(size - f.offset);
         const n = fs.readSync(fd, buf, 0, buf.length, f.offset);

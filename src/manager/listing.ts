@@ -5,6 +5,7 @@ import { isRunId } from '../ids.js';
 import { ensurePrivateDir, writeFailure, writeFileAtomic } from '../store/atomic-write.js';
 import { fsPort } from '../store/fs-port.js';
 import { dirSignature, settledDirSignature, type DirSnapshot } from '../store/dir-snapshot.js';
+import { readTextNoFollow } from '../store/json-file.js';
 import type { Layout } from '../store/layout.js';
 import { isTerminalRun, type RunRecord, type RunMode } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';
@@ -154,7 +155,8 @@ export async function indexRun(layout: Layout, sessionIds: Array<string | null |
     let fd: number | undefined;
     try {
       ensurePrivateDir(path.dirname(file));
-      fd = fsPort.openSync(file, fs.constants.O_APPEND | fs.constants.O_CREAT | fs.constants.O_WRONLY | fs.constants.O_NOFOLLOW, 0o600);
+      dropIfNotRegular(layout, file);
+      fd = fsPort.openSync(file, fs.constants.O_APPEND | fs.constants.O_CREAT | fs.constants.O_WRONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK, 0o600);
       fsPort.writeSync(fd, Buffer.from(`${runId}\n`));
       await fsPort.fdatasync(fd);
     } catch (e) {
@@ -215,11 +217,30 @@ function indexedRunIds(layout: Layout, sessions: ReadonlySet<string>): Set<strin
   for (const sid of sessions) {
     let text = '';
     try {
-      text = fs.readFileSync(indexFile(layout, sid), 'utf8');
-    } catch { continue; }
+      text = readTextNoFollow(indexFile(layout, sid), `index of session ${sid}`) ?? '';
+    } catch {
+      // Not a regular file (a FIFO, a directory) or absurdly large: the index is derived, so it is dropped and
+      // rebuilt from the runs by a full scan.
+      dropIfNotRegular(layout, indexFile(layout, sid), true);
+      buildIndex(layout);
+      try { text = readTextNoFollow(indexFile(layout, sid), `index of session ${sid}`) ?? ''; } catch { continue; }
+    }
     for (const line of text.split('\n')) if (isRunId(line)) ids.add(line);
   }
   return ids;
+}
+
+/**
+ * Removes a session index that is not a regular file (or, with `always`, one that could not be read), and the
+ * marker that says the index is complete: the next listing rebuilds every session's index from the runs.
+ */
+function dropIfNotRegular(layout: Layout, file: string, always = false): void {
+  let st: fs.Stats;
+  try { st = fs.lstatSync(file); } catch { return; }
+  if (st.isFile() && !always) return;
+  try { fs.rmSync(file, { recursive: true, force: true }); } catch { /* the open after this says why */ }
+  try { fs.unlinkSync(path.join(layout.home, 'index', 'complete')); } catch { /* none */ }
+  indexReady.delete(layout.home);
 }
 
 /** Indexes every existing run (state homes made before the index, or whose index was removed). Idempotent. */
@@ -230,7 +251,8 @@ function buildIndex(layout: Layout): void {
   const sessionOf = new Map<string, string>();
   const readOwner = (runId: string): { sessionId: string; rootRunId: string } | null => {
     try {
-      const text = fs.readFileSync(path.join(layout.runsDir, runId, 'run.json'), 'utf8');
+      const text = readTextNoFollow(path.join(layout.runsDir, runId, 'run.json'), `run.json of ${runId}`);
+      if (text === null) return null;
       const r = JSON.parse(text) as { runId?: string; sessionId?: string; rootRunId?: string };
       return r.runId === runId && typeof r.sessionId === 'string' ? { sessionId: r.sessionId, rootRunId: r.rootRunId ?? runId } : null;
     } catch {
@@ -252,7 +274,7 @@ function buildIndex(layout: Layout): void {
   }
   ensurePrivateDir(path.join(layout.home, 'index'));
   for (const [sid, ids] of bySession) {
-    const fd = fs.openSync(indexFile(layout, sid), fs.constants.O_APPEND | fs.constants.O_CREAT | fs.constants.O_WRONLY | fs.constants.O_NOFOLLOW, 0o600);
+    const fd = fs.openSync(indexFile(layout, sid), fs.constants.O_APPEND | fs.constants.O_CREAT | fs.constants.O_WRONLY | fs.constants.O_NOFOLLOW | fs.constants.O_NONBLOCK, 0o600);
     try {
       fs.writeSync(fd, ids.map((id) => `${id}\n`).join(''));
       fs.fdatasyncSync(fd);

@@ -1,6 +1,8 @@
+import fs from 'node:fs';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { readEvents, type RunEvent } from '../store/event-log.js';
 import { isRunDirNoise } from '../store/layout.js';
+import { openStateFile } from '../store/state-file.js';
 import { DirWatch } from '../wait.js';
 import type { ManagerContext } from './context.js';
 
@@ -23,4 +25,41 @@ export function withLiveness(id: ProcessIdentity | null): (ProcessIdentity & { a
  */
 export function watchRunDirs(dirs: readonly string[], onChange: () => void): DirWatch {
   return new DirWatch(dirs, (name) => !isRunDirNoise(name), onChange);
+}
+
+/**
+ * Opens a run's file for reading: never through a symlink, never blocking on a FIFO in its place, only a regular
+ * file (see src/store/state-file.ts). The fd, or null when the file is missing or is not one to read.
+ */
+export function openRunFile(file: string): number | null {
+  try {
+    return openStateFile(file, file)?.fd ?? null;
+  } catch {
+    return null;
+  }
+}
+
+/** Bytes [offset, offset+length) of a run's file and its size, opened as openRunFile does; empty when it is missing. */
+export function readFileBytes(file: string, offset: number, length: number): { buf: Buffer; size: number } {
+  let opened: { fd: number; size: number } | null;
+  try {
+    opened = openStateFile(file, file);
+  } catch {
+    opened = null;
+  }
+  if (opened === null) return { buf: Buffer.alloc(0), size: 0 };
+  const { fd, size } = opened;
+  try {
+    const len = Math.max(0, Math.min(length, size - offset));
+    const buf = Buffer.alloc(len);
+    let got = 0;
+    while (got < len) {
+      const n = fs.readSync(fd, buf, got, len - got, offset + got);
+      if (n === 0) break;
+      got += n;
+    }
+    return { buf: buf.subarray(0, got), size };
+  } finally {
+    fs.closeSync(fd);
+  }
 }

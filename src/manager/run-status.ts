@@ -2,7 +2,7 @@ import { SubagentError } from '../errors.js';
 import { watchRunDirs } from './run-files.js';
 import type { DirWatch } from '../wait.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
-import { capacitySnapshot } from './capacity.js';
+import { capacitySnapshot, releaseStaleRoots } from './capacity.js';
 import { queuePosition } from '../lifecycle/queue.js';
 import { serveQueue } from './queue.js';
 
@@ -203,5 +203,6 @@ export async function getStatus(ctx: ManagerContext, q: StatusQuery, o: { signal
     }
     runs.push(summary);
   }
+  await releaseStaleRoots(ctx); // the capacity shown agrees with the runs listed: a proven-ended root holds no slot
   return { kind: 'list', sessionId: ctx.sessionId, runs, ...(omitted ? { omitted } : {}), capacity: capacitySnapshot(ctx), ...(info ?? {}) };
 }

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import { redactSecrets } from '../agents/adapters/shared.js';
 import { readTail } from '../store/text-tail.js';
 import type { RunPaths } from '../store/layout.js';
+import { openStateFile } from '../store/state-file.js';
 import { isTerminalRun, type AppendRecord, type RunRecord, type RunStatus, type StepSpec, type StepStatus } from '../store/run-types.js';
 import { newStepStatus } from '../store/step-status.js';
 import { fanoutSnapshot, queueSnapshot } from './capacity.js';
@@ -59,6 +60,7 @@ export interface RunView {
   survivors?: number[];
   /** While queued: the run's 1-based place in the queue and the queue's length. */
   queue?: { position: number; length: number };
+  escaped?: Array<{ pid: number; command: string }>;
 }
 
 export interface RunSummary {
@@ -81,14 +83,18 @@ export interface RunSummary {
  * bounded, delimited slice and the rest stays behind the output resource.
  */
 export function boundedText(file: string, budget: number): TextView {
-  let size = 0;
-  try { size = fs.statSync(file).size; } catch { return { text: '', bytes: 0, truncated: false }; }
-  if (size <= budget) {
-    try { return { text: fs.readFileSync(file, 'utf8'), bytes: size, truncated: false }; } catch { return { text: '', bytes: 0, truncated: false }; }
-  }
+  // A FIFO, directory or link in the output's place reads as no output (never a blocked event loop).
+  let opened: { fd: number; size: number } | null = null;
+  try { opened = openStateFile(file, file); } catch { /* not a regular file */ }
+  if (opened === null) return { text: '', bytes: 0, truncated: false };
+  const { fd, size } = opened;
   const half = Math.max(0, Math.floor(budget / 2));
-  const fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
   try {
+    if (size <= budget) {
+      const all = Buffer.alloc(size);
+      const n = fs.readSync(fd, all, 0, size, 0);
+      return { text: all.subarray(0, n).toString('utf8'), bytes: size, truncated: false };
+    }
     const head = Buffer.alloc(half);
     fs.readSync(fd, head, 0, half, 0);
     const tail = Buffer.alloc(half);
@@ -187,6 +193,7 @@ export function renderRun(ctx: ManagerContext, record: RunRecord, status: RunSta
     const q = queueSnapshot(ctx, record.runId);
     if (q) v.queue = q;
   }
+  if (status.escaped?.length) v.escaped = status.escaped.map((p) => ({ pid: p.pid, command: p.command }));
   return v;
 }
 
@@ -226,19 +233,29 @@ function safeRead(ctx: ManagerContext, runId: string): RunStatus | null {
   try { return ctx.store.readStatus(runId); } catch { return null; }
 }
 
+/** The state listed for a run whose status.json cannot be read: not a run state, and never a terminal one. */
+export const UNREADABLE_STATE = 'unreadable';
+
+/** A run's error as listings and notifications show it: code and message, never the agent's words (`detail`). */
+export function listedError(e: { code: string; message: string } | null): { code: string; message: string } | null {
+  return e === null ? null : { code: e.code, message: e.message };
+}
+
 /** `dismissed`: when the caller already knows (a listing looked), else it is looked up. */
 export function summarize(ctx: ManagerContext, runId: string, status: Pick<RunStatus, 'state' | 'endedAt' | 'error'> | null, dismissed?: boolean): RunSummary {
   const meta = readMeta(ctx, runId)!;
   return {
     runId,
     sessionId: meta.sessionId,
-    state: status?.state ?? 'failed',
+    // Unreadable is not an end: the run's runner, its single writer, may still be alive and repair the file, and a
+    // listed terminal state that later changed would break "terminal is final".
+    state: status?.state ?? UNREADABLE_STATE,
     mode: meta.mode,
     label: meta.label,
     agents: meta.agents,
     createdAt: meta.createdAt,
     endedAt: status?.endedAt ?? null,
-    error: status ? status.error : { code: 'STATE_CORRUPT', message: `status.json of ${runId} is unreadable` },
+    error: status ? listedError(status.error) : { code: 'STATE_CORRUPT', message: `status.json of ${runId} is unreadable; status ${runId} says why` },
     adopted: meta.sessionId !== ctx.sessionId && meta.depth === 0,
     dismissed: dismissed ?? ctx.store.isDismissed(runId),
   };

@@ -1,5 +1,6 @@
 import { isTerminalRun } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';
+import { releaseStaleRoots } from './capacity.js';
 import { reconcileRun } from './reconcile.js';
 import { serveQueue } from './queue.js';
 
@@ -47,6 +48,7 @@ export class Sweeper {
           if (after && isTerminalRun(after)) { this.terminal.add(runId); reconciled++; }
         } catch { /* damaged: reported by status, skipped here */ }
       }
+      await releaseStaleRoots(this.ctx);
       // Slots that reconciliation returned, and any a dead hand-off left, go to the queue's head.
       await serveQueue(this.ctx);
     } finally {

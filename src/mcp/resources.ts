@@ -1,8 +1,8 @@
 import { isAscii } from 'node:buffer';
-import fs from 'node:fs';
 import { McpError, ErrorCode, type ReadResourceResult, type Resource } from '@modelcontextprotocol/sdk/types.js';
 import type { ManagerContext } from '../manager/context.js';
 import { listVisible, listVisibleRuns, readMeta, requireVisible } from '../manager/listing.js';
+import { readFileBytes } from '../manager/run-files.js';
 import { freshStatus } from '../manager/run-status.js';
 import { MAX_OUTPUT_BYTES, renderRun } from '../manager/status-view.js';
 
@@ -63,26 +63,6 @@ export function listResources(ctx: ManagerContext, cursor?: string, pageSize = P
   };
 }
 
-/** Bytes [offset, offset+length) of a file, never through a symlink; empty when the file does not exist (yet). */
-function readBytes(file: string, offset: number, length: number): { buf: Buffer; size: number } {
-  let fd: number;
-  try { fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW); } catch { return { buf: Buffer.alloc(0), size: 0 }; }
-  try {
-    const size = fs.fstatSync(fd).size;
-    const len = Math.max(0, Math.min(length, size - offset));
-    const buf = Buffer.alloc(len);
-    let got = 0;
-    while (got < len) {
-      const n = fs.readSync(fd, buf, got, len - got, offset + got);
-      if (n === 0) break;
-      got += n;
-    }
-    return { buf: buf.subarray(0, got), size };
-  } finally {
-    fs.closeSync(fd);
-  }
-}
-
 const isContinuation = (b: number): boolean => (b & 0xc0) === 0x80;
 
 /** How many bytes at the end of `buf` start a UTF-8 character that continues past it (0 when it ends whole). */
@@ -101,7 +81,7 @@ function incompleteTail(buf: Buffer): number {
  * pages never carry a broken character and their concatenation is the file. `next` is the offset to continue at.
  */
 function readPage(file: string, offset: number, length: number, lines: boolean): { text: string; start: number; next: number; size: number } {
-  const read = readBytes(file, offset, length + 3);
+  const read = readFileBytes(file, offset, length + 3);
   const { size } = read;
   let buf = read.buf;
   let start = offset;

@@ -86,7 +86,7 @@ export const DashboardInput = z.object({
 
 // ---- outputs ---------------------------------------------------------------------------------------------
 
-const ErrorInfo = z.object({ code: z.string(), message: z.string() }).nullable();
+const ErrorInfo = z.object({ code: z.string(), message: z.string(), detail: z.string().optional() }).nullable();
 const Fanout = z.object({ used: z.number(), limit: z.number(), remaining: z.number() });
 const Capacity = z.object({ active: z.number(), limit: z.number(), queued: z.number().optional().describe('Launches waiting in the queue') });
 const QueuePlace = z.object({ position: z.number(), length: z.number() }).describe('While queued: 1-based place in the queue (it only decreases) and the queue\'s length');
@@ -121,6 +121,7 @@ export const StatusOutput = z.object({
   output: TextView.extend({ uri: z.string() }).optional(), fanout: Fanout.optional(), pendingAppends: z.number().optional(),
   adopted: z.boolean().optional(), dismissed: z.boolean().optional(), runnerPid: z.number().nullable().optional(),
   runnerLogTail: z.string().optional(), survivors: z.array(z.number()).optional(), queue: QueuePlace.optional(),
+  escaped: z.array(z.object({ pid: z.number(), command: z.string() })).optional(),
   runs: z.array(RunSummary).optional(),
   omitted: z.number().optional().describe('Older runs not listed inline (the newest 200 are); resources/list pages through all'),
   capacity: Capacity.optional(),

@@ -2,10 +2,12 @@ import { spawn } from 'node:child_process';
 import path from 'node:path';
 import { adapterFor } from '../agents/adapters/index.js';
 import type { Invocation, ParsedResult } from '../agents/types.js';
-import { isAlive, readIdentity, type ProcessIdentity, type ProcessInfo } from '../process/identity.js';
+import { EscapeTracker, ownEndOf, type EscapedProcess } from '../process/escape-tracker.js';
+import { isAlive, listProcesses, readIdentity, readProcessInfo, type ProcessIdentity, type ProcessInfo } from '../process/identity.js';
 import { processTree, terminateProcesses } from '../process/terminate.js';
-import { writeFileAtomic, ensurePrivateDir } from '../store/atomic-write.js';
+import { diskFaultOf, writeFileAtomic, ensurePrivateDir } from '../store/atomic-write.js';
 import type { RunPaths } from '../store/layout.js';
+import { openStateFile } from '../store/state-file.js';
 import type { AgentTaskSpec, RunRecord } from '../store/run-types.js';
 import { LineSplitter, OutputCapture } from './output-capture.js';
 import { openOutputChannel } from './output-channel.js';
@@ -39,6 +41,10 @@ export interface AgentRunResult {
   stoppedFor: 'TIMEOUT' | 'CANCELLED' | null;
   spawnError: string | null;
   process: ProcessIdentity | null;
+  /** The errno of the first write of the step's output the disk refused (the agent ran on; the step fails with it). */
+  outputWriteError: string | null;
+  /** Descendants that had left the run's group and token, stopped here (see src/process/escape-tracker.ts). */
+  escaped: EscapedProcess[];
 }
 
 const STDERR_CAP_BYTES = 1024 * 1024;
@@ -70,7 +76,7 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
     });
   } catch (e) {
     // An adapter refuses what its CLI cannot enforce (e.g. a tool allowlist): the step fails with that reason.
-    return { exitCode: null, signal: null, outputBytes: 0, outputTruncated: false, parsed: null, stoppedFor: null, spawnError: `the ${spec.agent.backend} adapter refused: ${(e as Error).message}`.slice(0, 400), process: null };
+    return { exitCode: null, signal: null, outputBytes: 0, outputTruncated: false, parsed: null, stoppedFor: null, spawnError: `the ${spec.agent.backend} adapter refused: ${(e as Error).message}`.slice(0, 400), process: null, outputWriteError: null, escaped: [] };
   }
   if (inv.taskVia === 'file') writeFileAtomic(taskFile, input.task, { durable: false });
   if (inv.files?.length) ensurePrivateDir(scratchDir);
@@ -88,6 +94,8 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
   channel?.reader.on('error', () => {});
   channel?.agentEnd.on('error', () => {});
 
+  // What the agent's stdout will be, read on our side before our copy goes (escaped descendants still hold it).
+  const stdoutEnd = ownEndOf(channel?.agentEnd);
   // The agent gets the user's own umask: files it creates in the project must look like the user's, not 0600.
   const previousUmask = process.umask(record.umask);
   let child;
@@ -114,7 +122,7 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
     channel?.reader.destroy();
     out.close();
     err.close();
-    return { exitCode: null, signal: null, outputBytes: 0, outputTruncated: false, parsed: null, stoppedFor: null, spawnError: spawned, process: null };
+    return { exitCode: null, signal: null, outputBytes: 0, outputTruncated: false, parsed: null, stoppedFor: null, spawnError: spawned, process: null, outputWriteError: null, escaped: [] };
   }
   const identity = readIdentity(child.pid!) ?? { pid: child.pid!, startTime: 'unknown' };
   input.onStarted(identity);
@@ -128,8 +136,11 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
 
   // Every process the agent started, remembered by identity: a grandchild re-parented to init is still ours to stop.
   const tracked = new Map<number, ProcessInfo>();
+  const escapes = new EscapeTracker(child.pid!, input.spare ?? (() => false), [stdoutEnd ?? ownEndOf(child.stdout), ownEndOf(child.stderr)]);
   const findTree = () => {
-    for (const p of processTree(child.pid!, undefined, input.spare)) tracked.set(p.pid, p);
+    const all = listProcesses();
+    escapes.sample(all);
+    for (const p of processTree(child.pid!, all, input.spare)) tracked.set(p.pid, p);
     return [...tracked.values()].filter((p) => isAlive(p));
   };
   let stoppedFor: AgentRunResult['stoppedFor'] = null;
@@ -154,20 +165,32 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
   input.signal.removeEventListener('abort', onAbort);
   // A grandchild may hold the pipes open after the agent exits; drain briefly, then stop reading.
   let drainTimer: NodeJS.Timeout | undefined;
-  await Promise.race([closed, new Promise((r) => { drainTimer = setTimeout(r, 500); })]);
+  let stdioHeld = true;
+  await Promise.race([closed.then(() => { stdioHeld = false; }), new Promise((r) => { drainTimer = setTimeout(r, 500); })]);
   clearTimeout(drainTimer);
   child.stdout?.destroy();
   channel?.reader.destroy();
   child.stderr!.destroy();
   if (stopping) await stopping;
+  // Descendants that left both the run's group and its token: the run's sweep cannot find them, so they are stopped
+  // here (identity-checked), and reported.
+  const escaped = escapes.escaped(process.pid, record.runToken, stdioHeld);
+  if (escaped.length > 0) {
+    await terminateProcesses(() => escaped.map((p) => readProcessInfo(p.pid)).filter((p): p is ProcessInfo => p !== null && p.state !== 'Z' && escaped.some((e) => e.pid === p.pid && e.startTime === p.startTime)), record.killGraceMs);
+  }
   lines?.end();
   out.close();
   err.close();
 
   let parsed: ParsedResult | null = null;
+  let outputWriteError = out.writeError;
   if (parser) {
     parsed = parser.finish(exit.code);
-    writeFileAtomic(paths.output(stepKey), parsed.text, { durable: false });
+    try {
+      writeFileAtomic(paths.output(stepKey), parsed.text, { durable: false });
+    } catch (e) {
+      outputWriteError ??= diskFaultOf(e) ?? (e as NodeJS.ErrnoException).code ?? 'EIO';
+    }
   }
   return {
     exitCode: exit.code,
@@ -178,5 +201,7 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
     stoppedFor,
     spawnError: null,
     process: identity,
+    outputWriteError,
+    escaped,
   };
 }

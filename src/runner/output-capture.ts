@@ -1,31 +1,56 @@
 import fs from 'node:fs';
+import { assertNoLinkBelowHome } from '../store/home-guard.js';
 
-const { O_CREAT, O_WRONLY, O_TRUNC, O_NOFOLLOW, O_APPEND } = fs.constants;
+const { O_CREAT, O_WRONLY, O_TRUNC, O_NOFOLLOW, O_APPEND, O_NONBLOCK } = fs.constants;
+
+/**
+ * Room given back when the disk refuses a write: the output that filled the disk is cut by this much, so the runner
+ * can still write the step's status and the run's end (a few KiB) on the same file system.
+ */
+export const DISK_FULL_RELEASE_BYTES = 256 * 1024;
 
 /**
  * Writes a stream's bytes to a file up to `capBytes`, counting every byte even past the cap. Each chunk is written
  * synchronously as it arrives, so memory stays flat however much the agent prints (the pipe applies back-pressure).
+ * A write the disk refuses (ENOSPC, EDQUOT, EIO …) is never thrown: it runs inside a socket's read callback, where a
+ * throw killed the runner and left the agent unsupervised. The capture stops storing, keeps counting, and says why
+ * in `writeError`; the caller ends the step failed with that cause.
  */
 export class OutputCapture {
   private fd: number;
   bytes = 0;
   stored = 0;
+  /** The errno of the first write the disk refused, or null. */
+  writeError: string | null = null;
   constructor(file: string, private readonly capBytes: number) {
-    this.fd = fs.openSync(file, O_CREAT | O_WRONLY | O_TRUNC | O_APPEND | O_NOFOLLOW, 0o600);
+    assertNoLinkBelowHome(file);
+    this.fd = fs.openSync(file, O_CREAT | O_WRONLY | O_TRUNC | O_APPEND | O_NOFOLLOW | O_NONBLOCK, 0o600);
   }
   get truncated(): boolean {
     return this.bytes > this.stored;
   }
   write(chunk: Buffer): void {
     this.bytes += chunk.length;
-    if (this.stored >= this.capBytes || this.fd < 0) return;
+    if (this.stored >= this.capBytes || this.fd < 0 || this.writeError !== null) return;
     const part = chunk.length <= this.capBytes - this.stored ? chunk : chunk.subarray(0, this.capBytes - this.stored);
     let off = 0;
-    while (off < part.length) off += fs.writeSync(this.fd, part, off);
+    try {
+      while (off < part.length) off += fs.writeSync(this.fd, part, off);
+    } catch (e) {
+      this.stored += off;
+      this.refused(e);
+      return;
+    }
     this.stored += part.length;
   }
+  private refused(e: unknown): void {
+    this.writeError = (e as NodeJS.ErrnoException).code ?? 'EIO';
+    // Give back room for the run's own records: what is kept is the head, marked truncated (the count goes on).
+    const keep = Math.max(0, this.stored - DISK_FULL_RELEASE_BYTES);
+    try { fs.ftruncateSync(this.fd, keep); this.stored = keep; } catch { /* the count of what was stored stands */ }
+  }
   close(): void {
-    if (this.fd >= 0) fs.closeSync(this.fd);
+    try { if (this.fd >= 0) fs.closeSync(this.fd); } catch { /* a deferred write error: already counted */ }
     this.fd = -1;
   }
 }

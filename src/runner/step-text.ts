@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { writeFileAtomic } from '../store/atomic-write.js';
+import { assertNoLinkBelowHome } from '../store/home-guard.js';
 import { readTail } from '../store/text-tail.js';
 
 /**
@@ -43,6 +44,7 @@ export function readStepText(t: StepText): string {
  * was read into memory and written again, and the terminal status's fsync then flushed that second copy too.
  */
 export function publishRunOutput(t: StepText, target: string): void {
+  assertNoLinkBelowHome(target); // the link and rename below would otherwise land in a symlinked run directory's target
   let src: fs.Stats | null = null;
   try { src = t.file === null ? null : fs.statSync(t.file); } catch { /* gone: an empty output */ }
   if (src === null || src.size > t.cap) {

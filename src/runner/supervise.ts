@@ -6,7 +6,7 @@ import { adapterFor } from '../agents/adapters/index.js';
 import { stderrReason } from '../agents/adapters/shared.js';
 import { agentSourceEnv, buildAgentEnv } from '../agents/agent-env.js';
 import type { ProcessIdentity } from '../process/identity.js';
-import { findRunProcesses, terminateProcesses } from '../process/terminate.js';
+import { findRunProcesses, signalVerified, terminateProcesses } from '../process/terminate.js';
 import { isAlive } from '../process/identity.js';
 import { configureLocks } from '../store/lock.js';
 import { diskFaultOf, ensurePrivateDir, removeStaleTemps, writeFileAtomic } from '../store/atomic-write.js';
@@ -21,16 +21,17 @@ import {
   isTerminalRun, type AgentTaskSpec, type RunRecord, type RunStatus, type StepError,
   type StepSpec, type StepStatus,
 } from '../store/run-types.js';
-import { SubagentError, type RunErrorCode } from '../errors.js';
+import { SubagentError, isSubagentError, type RunErrorCode } from '../errors.js';
 import { MAIN_JS } from '../paths.js';
 import { watchForCancel } from './cancel-watch.js';
 import { runMembers } from './group-scheduler.js';
 import { isNestedRunner, settleChildren } from './children.js';
-import { NO_TEXT, once, publishRunOutput, readStepText, substitute, type StepText } from './step-text.js';
+import { NO_TEXT, once, publishRunOutput, substitute, type StepText } from './step-text.js';
 import { runAgentProcess } from './agent-process.js';
 import { readTail } from '../store/text-tail.js';
 import { claimAgentSlot, releaseAgentSlot, setAgentSlotProcess } from '../lifecycle/agent-slots.js';
 import { newStepStatus } from '../store/step-status.js';
+import { boundedStepText, writeJoinedOutput } from './joined-output.js';
 import { StepWorktrees, type StepWorktree } from './step-worktrees.js';
 import { installStatusWriteFault } from './test-write-fault.js';
 
@@ -108,7 +109,26 @@ export async function supervise(record: RunRecord, paths: RunPaths, me: ProcessI
   }
   store.event(record.runId, { type: 'started', pid: me.pid });
   installStatusWriteFault(process.env.SUBAGENTS_TEST_FAULT, paths.dir);
+  // Only a process that is the run's own runner may exit on a crash; a host that shares its process keeps its own.
+  if (host.processSignals) stopRunOnCrash(record, me);
   return new Executor(record, paths, store, ledger, layout, me, started, host).run();
+}
+
+/**
+ * The last resort: an exception nothing caught would end the runner and leave its agents running unsupervised (no
+ * timeout, no cancel, status `running` until a reader notices). The run's processes are stopped first, identity-
+ * checked, and the log says so (never the error's text: it may quote agent output); reconciliation then records the
+ * run RUNNER_LOST, quoting that line.
+ */
+function stopRunOnCrash(record: RunRecord, me: ProcessIdentity): void {
+  process.once('uncaughtException', (e: unknown) => {
+    const code = (e as NodeJS.ErrnoException | null)?.code ?? (e instanceof Error ? e.name : 'error');
+    try { process.stderr.write(`runner: internal error (${code}); stopped the run's processes and exited\n`); } catch { /* no log */ }
+    try {
+      for (const p of findRunProcesses({ pgids: [me.pid], token: record.runToken, since: me.startTime, exclude: [process.pid] })) signalVerified(p, 'SIGKILL');
+    } catch { /* nothing more can be done */ }
+    process.exit(1);
+  });
 }
 
 class Executor {
@@ -191,8 +211,9 @@ class Executor {
           }));
         }
       } catch (e) {
-        // The end could not be recorded (the disk refused status.json past the retries): say so in its place.
-        const code = diskFaultOf(e);
+        // The end could not be recorded (the disk refused status.json past the retries, or the run directory is no
+        // longer one the runner may write into): say so in its place.
+        const code = refusedWrite(e);
         if (!code) throw e;
         exitCode = await this.recordWriteFailure(code, writtenFile(e));
       }
@@ -230,7 +251,7 @@ class Executor {
       }));
       return 0;
     } catch (e) {
-      process.stderr.write(`runner: could not write status.json (${diskFaultOf(e) ?? code}) to record the run failed either; exiting, reconciliation will end the run\n`);
+      process.stderr.write(`runner: could not write status.json (${refusedWrite(e) ?? code}) to record the run failed either; exiting, reconciliation will end the run\n`);
       return 1;
     }
   }
@@ -240,8 +261,11 @@ class Executor {
     const spec = this.specs[i]!;
     const st = this.status.steps[i]!;
     // Only a chain step after the first has a previous step; elsewhere `{previous}` is left as the caller wrote it.
+    // Bounded (a group's joined output can be many times the cap): head and tail, with the counts and the full file.
     // After an isolated step it also carries a summary of that step's changes (branch, counts, files).
-    const prev = this.record.mode === 'chain' && i > 0 ? once(() => readStepText(previous) + this.worktrees.summary(this.status.steps[i - 1])) : null;
+    const prev = this.record.mode === 'chain' && i > 0
+      ? once(() => boundedStepText(previous.file, this.record.maxOutputBytes) + this.worktrees.summary(this.status.steps[i - 1]))
+      : null;
     if (spec.kind === 'agent') return this.runAgent(st, spec, substitute(spec.task, prev), this.abort.signal);
     return this.runGroup(st, spec, prev);
   }
@@ -271,14 +295,13 @@ class Executor {
     st.state = allDone ? 'completed' : failed.length > 0 || !this.stopReason ? 'failed' : 'cancelled';
     st.endedAt = new Date().toISOString();
     st.outputBytes = members.reduce((n, m) => n + m.outputBytes, 0);
-    const text = spec.members.map((m, j) => `### ${m.agent.name} #${j}\n\n${readStepText(outcomes[j]?.text ?? NO_TEXT)}`.trimEnd()).join('\n\n');
-    writeFileAtomic(this.paths.output(st.key), text, { durable: false });
+    await writeJoinedOutput(this.paths.output(st.key), spec.members.map((m, j) => ({ heading: `### ${m.agent.name} #${j}`, file: outcomes[j]?.text.file ?? null })));
     let error: StepError | null = null;
     if (!allDone) {
       const stopCode = this.stopReason ?? 'CANCELLED';
       // The first failed member (index order) names the code: a member over its time limit makes the group TIMEOUT.
       error = failed.length > 0
-        ? { code: failed[0]!.error?.code === 'TIMEOUT' ? 'TIMEOUT' : 'STEP_FAILED', message: `step ${st.index} (parallel): ${failed.length} of ${members.length} members failed; first: ${failed[0]!.error?.message ?? 'unknown'}` }
+        ? { code: failed[0]!.error?.code === 'TIMEOUT' ? 'TIMEOUT' : 'STEP_FAILED', message: `step ${st.index} (parallel): ${failed.length} of ${members.length} members failed; first: member ${failed[0]!.index} (agent ${failed[0]!.agent}) ${failed[0]!.error?.code ?? 'STEP_FAILED'}` }
         : { code: stopCode, message: `step ${st.index} (parallel) was stopped before all its members completed` };
       st.error = error;
     }
@@ -361,9 +384,17 @@ class Executor {
     st.endedAt = new Date().toISOString();
     st.outputBytes = result.outputBytes;
     st.outputTruncated = result.outputTruncated;
+    if (result.escaped.length > 0) {
+      (this.status.escaped ??= []).push(...result.escaped);
+      this.store.event(this.runId, { type: 'escaped', step: st.key, pids: result.escaped.map((p) => p.pid) });
+    }
     if (result.parsed?.usage) st.usage = result.parsed.usage as Record<string, number>;
     if (result.parsed?.costUsd !== undefined) st.costUsd = result.parsed.costUsd;
-    let ok = result.spawnError === null && result.stoppedFor === null && result.exitCode === 0 && !(result.parsed?.isError ?? false);
+    let ok = result.spawnError === null && result.stoppedFor === null && result.exitCode === 0 && !(result.parsed?.isError ?? false)
+      && result.outputWriteError === null;
+    // Messages are built from codes, names and numbers only: they are shown in listings. What the agent said (its
+    // CLI's error text, its stderr's last line) goes in `detail`, shown only by the run's full status.
+    const exited = result.signal ? `signal ${result.signal}` : `code ${result.exitCode}`;
     if (ok) {
       st.state = 'completed';
     } else if (result.stoppedFor === 'CANCELLED') {
@@ -375,9 +406,12 @@ class Executor {
         ? { code: 'STEP_FAILED', message: `agent ${spec.agent.name} could not be started (${result.spawnError})` }
         : result.stoppedFor === 'TIMEOUT'
           ? { code: 'TIMEOUT', message: `agent ${spec.agent.name} exceeded its step limit of ${timeoutMs} ms` }
-          : result.parsed?.isError
-            ? { code: 'STEP_FAILED', message: `agent ${spec.agent.name} reported an error: ${(result.parsed.errorMessage ?? 'unknown').slice(0, 300)}${result.parsed.reasonUnknown ? this.stderrWhy(st.key) : ''}` }
-            : { code: 'STEP_FAILED', message: `agent ${spec.agent.name} exited with ${result.signal ? `signal ${result.signal}` : `code ${result.exitCode}`}${this.stderrWhy(st.key)}` };
+          : result.outputWriteError !== null
+            ? { code: 'STEP_FAILED', message: outputWriteMessage(st.key, result.outputWriteError, result.outputBytes) }
+            : result.parsed?.isError
+              ? withDetail({ code: 'STEP_FAILED', message: `agent ${spec.agent.name} reported an error (exited with ${exited})` },
+                `${(result.parsed.errorMessage ?? 'unknown').slice(0, 300)}${result.parsed.reasonUnknown ? this.stderrWhy(st.key) : ''}`)
+              : withDetail({ code: 'STEP_FAILED', message: `agent ${spec.agent.name} exited with ${exited}` }, this.stderrWhy(st.key).replace(/^; /, ''));
     }
     // Whatever way the agent ended, its work is committed to the step's branch (a failed or stopped step's too).
     // A stopped step's worktree is left for the run's end, after its state is published (see run()).
@@ -502,7 +536,7 @@ class Executor {
     try {
       stored = await persistently(() => this.store.update(this.runId, () => this.status, { repairFrom: this.status }));
     } catch (e) {
-      const code = diskFaultOf(e);
+      const code = refusedWrite(e);
       if (!code) throw e;
       // An intermediate write: the run goes on. Status is written whole each time, so the next write carries this one.
       process.stderr.write(`runner: could not write status.json (${code}) after ${DISK_ATTEMPTS} attempts; going on, the next write carries the state\n`);
@@ -516,10 +550,29 @@ class Executor {
   }
 }
 
+/**
+ * Why a state write was refused, when it is a refusal the run outlives: a disk fault, or `ELOOP` for a run directory
+ * that became a symlink (the write is refused, never followed: see src/store/home-guard.ts). Else null.
+ */
+function refusedWrite(e: unknown): string | null {
+  return diskFaultOf(e) ?? (isSubagentError(e, 'STATE_CORRUPT') ? 'ELOOP' : null);
+}
+
 /** The state file a refused write named (`status.json`, `output.txt` …; the run id is the run's own), for messages. */
 function writtenFile(e: unknown): string {
   const named = e instanceof SubagentError ? /^could not write (\S+)/.exec(e.message)?.[1] : undefined;
   return named ?? "the run's files";
+}
+
+/** A step error with what the agent said, when it said anything: kept in status.json, shown only in full status. */
+function withDetail(e: StepError, detail: string): StepError {
+  return detail ? { ...e, detail } : e;
+}
+
+/** Why a step whose output the disk refused failed: the cause, in words a person acts on, and the byte counts. */
+function outputWriteMessage(stepKey: string, code: string, bytes: number): string {
+  const what = code === 'ENOSPC' ? 'disk full' : code === 'EDQUOT' ? 'disk quota exceeded' : 'the disk refused the write';
+  return `${what} while writing step ${stepKey}'s output (${code}); the agent's ${bytes} bytes of output were counted, and the stored copy was cut where the disk refused it. Free space in the state home and run it again`;
 }
 
 /** The command that starts this same server, for `delegate: true` (the nesting variables travel in its env). */

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { SubagentError } from '../errors.js';
 import { fsPort } from './fs-port.js';
+import { assertNoLinkBelowHome } from './home-guard.js';
 
 const { O_CREAT, O_EXCL, O_WRONLY, O_NOFOLLOW, O_RDONLY, O_DIRECTORY } = fs.constants;
 
@@ -69,6 +70,7 @@ function openTemp(file: string, data: string | Uint8Array): { tmp: string; fd: n
   const tmp = tempNameFor(file);
   const bytes = typeof data === 'string' ? Buffer.from(data) : data;
   let fd: number | undefined;
+  assertNoLinkBelowHome(file);
   try {
     fd = fsPort.openSync(tmp, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW, 0o600);
     let off = 0;
@@ -242,6 +244,7 @@ export function ensureDurablePrivateDir(dir: string): void {
  */
 export function writeNewFile(file: string, data: string): void {
   let fd: number | undefined;
+  assertNoLinkBelowHome(file);
   try {
     fd = fsPort.openSync(file, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW, 0o600);
     const bytes = Buffer.from(data);

@@ -1,12 +1,15 @@
 import path from 'node:path';
 import { isRunId } from '../ids.js';
+import { guardStateHome } from './home-guard.js';
 
 /**
  * Every path inside the state home, in one place. Run ids are validated before they are joined into a path, so a
  * client-supplied id can never name a file outside the home.
  */
 export class Layout {
-  constructor(readonly home: string) {}
+  constructor(readonly home: string) {
+    guardStateHome(home);
+  }
   get runsDir(): string { return path.join(this.home, 'runs'); }
   get locksDir(): string { return path.join(this.home, 'locks'); }
   get operatorAgentsDir(): string { return path.join(this.home, 'agents'); }

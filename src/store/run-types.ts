@@ -94,7 +94,10 @@ export interface StepChanges {
 
 export interface StepError {
   code: RunErrorCode;
+  /** Built from codes, names and numbers only: listings and notifications show it. */
   message: string;
+  /** What the agent said about it (its CLI's error text, its stderr's last line): only the run's full status shows it. */
+  detail?: string;
 }
 
 export interface StepStatus {
@@ -137,6 +140,11 @@ export interface RunStatus {
   appendsTaken: number;
   /** Processes that survived SIGKILL (listed by cancel). */
   survivors: ProcessIdentity[];
+  /**
+   * Descendants of its agents that left both the run's process group and its run token, found by the runner's
+   * tracking (src/process/escape-tracker.ts) and stopped by it: pid, start time and command, for the record.
+   */
+  escaped?: Array<ProcessIdentity & { command: string }>;
   /** For RUNNER_LOST: the end of the runner's own log (its crash reason; never agent output). */
   runnerLogTail?: string;
   /**

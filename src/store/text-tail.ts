@@ -1,11 +1,13 @@
 import fs from 'node:fs';
+import { openStateFile } from './state-file.js';
 
-/** The last `bytes` of a file as text (for stderr tails and reports). */
+/** The last `bytes` of a file as text (for stderr tails and reports); never blocks on a FIFO in the file's place. */
 export function readTail(file: string, bytes: number): string {
   try {
-    const fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW);
+    const opened = openStateFile(file, file);
+    if (opened === null) return '';
+    const { fd, size } = opened;
     try {
-      const size = fs.fstatSync(fd).size;
       const len = Math.min(size, bytes);
       const buf = Buffer.alloc(len);
       fs.readSync(fd, buf, 0, len, size - len);

@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { ProcessIdentity } from '../process/identity.js';
 import { writeFileAtomic } from './atomic-write.js';
+import { readStateText } from './state-file.js';
 
 /**
  * The warm pool's files in `<home>/warm/` (docs/architecture.md, "Warm runners"). A pre-booted runner announces itself
@@ -59,7 +60,7 @@ export class WarmPoolFiles {
     for (const n of names) {
       if (!n.endsWith('.idle') || n.startsWith('.')) continue;
       try {
-        const v = JSON.parse(fs.readFileSync(path.join(this.dir, n), 'utf8')) as { pid?: unknown; startTime?: unknown; build?: unknown; log?: unknown };
+        const v = JSON.parse(readStateText(path.join(this.dir, n), n) ?? '') as { pid?: unknown; startTime?: unknown; build?: unknown; log?: unknown };
         if (typeof v.pid === 'number' && typeof v.startTime === 'string') {
           const log = typeof v.log === 'string' && /^boot-[\w-]+\.log$/.test(v.log) ? v.log : '';
           out.push({ key: n.slice(0, -5), pid: v.pid, startTime: v.startTime, build: typeof v.build === 'string' ? v.build : '', log });
@@ -104,7 +105,7 @@ export class WarmPoolFiles {
   /** The runner reads its claim and removes it and its `.taken` at once (the environment must not linger on disk). */
   consumeClaim(key: string): WarmClaim | null {
     let raw: string;
-    try { raw = fs.readFileSync(this.file(key, 'claim'), 'utf8'); } catch { return null; }
+    try { const t = readStateText(this.file(key, 'claim'), `${key}.claim`); if (t === null) return null; raw = t; } catch { return null; }
     const v = JSON.parse(raw) as WarmClaim;
     this.forget(key);
     if (typeof v.runDir !== 'string' || typeof v.env !== 'object' || v.env === null) throw new Error('malformed warm claim');

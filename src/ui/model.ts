@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import { isRunId } from '../ids.js';
 import type { ManagerContext } from '../manager/context.js';
+import { listedError } from '../manager/status-view.js';
 import { readEvents } from '../store/event-log.js';
 import { isTerminalRun, type RunRecord, type RunStatus, type StepStatus } from '../store/run-types.js';
 import type { RowCache } from './row-cache.js';
@@ -156,7 +157,7 @@ export class HomeModel {
     try {
       const s = this.ctx.store.readStatus(runId);
       if (s) {
-        row.state = s.state; row.error = s.error; row.startedAt = s.startedAt; row.endedAt = s.endedAt; row.costUsd = sumCost(s.steps);
+        row.state = s.state; row.error = listedError(s.error); row.startedAt = s.startedAt; row.endedAt = s.endedAt; row.costUsd = sumCost(s.steps);
       } else {
         row.state = 'corrupt'; row.error = { code: 'STATE_CORRUPT', message: `status.json of ${runId} is missing` };
       }

@@ -91,8 +91,8 @@ describe('claude backend through a fake claude CLI', () => {
     expect(f1.state).toBe('failed');
     expect(f1.steps[0]).toMatchObject({ state: 'failed', exitCode: 1 });
     expect(f1.error.code).toBe('STEP_FAILED');
-    expect(f1.error.message).toContain('Not logged in · Please run /login');
-    expect(f1.steps[0].error.message).toContain('Not logged in · Please run /login');
+    expect(f1.error.detail).toContain('Not logged in · Please run /login');
+    expect(f1.steps[0].error.detail).toContain('Not logged in · Please run /login');
 
     // Logged in, but the CLI ends with an error result while exiting 0: still a failure, with its reason.
     const s = await start({ PATH: pathWith(FIXTURE_BIN), ANTHROPIC_API_KEY: API_KEY });
@@ -102,7 +102,8 @@ describe('claude backend through a fake claude CLI', () => {
     expect(f2.state).toBe('failed');
     expect(f2.steps[0]).toMatchObject({ state: 'failed', exitCode: 0, costUsd: 0.000249 });
     expect(f2.error.code).toBe('STEP_FAILED');
-    expect(f2.error.message).toMatch(/reported an error: API Error: 401 .*invalid x-api-key \[redacted\]/);
+    expect(f2.error.message).toBe('agent reader reported an error (exited with code 0)');
+    expect(f2.error.detail).toMatch(/^API Error: 401 .*invalid x-api-key \[redacted\]/);
     expect(JSON.stringify(f2.error)).not.toContain('LEAKED');
   });
 

@@ -2,7 +2,9 @@
  * Helpers shared by the fault suite (test/faults/*): process scans by run token, temp-file scans, and reading a
  * run's files straight from the state home. Everything here observes; nothing changes the product's state.
  */
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { FIXTURE_AGENTS } from '../helpers/paths.js';
 
@@ -107,4 +109,16 @@ export async function launchOk(s: { call: (n: string, a?: Record<string, unknown
   const text = r.content?.[0]?.text ?? '';
   if (r.isError) throw new Error(`launch refused: ${text}`);
   return r.structuredContent.runId as string;
+}
+
+/** (F6) A real small file system for a state home: a tmpfs of `sizeMiB` at a fresh directory, or why it cannot be. */
+export function mountTmpfs(sizeMiB: number, extra = ''): { dir: string; unmount: () => void } | string {
+  if (process.platform !== 'linux') return 'tmpfs mounts are Linux only';
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sa-tmpfs-'));
+  const r = spawnSync('mount', ['-t', 'tmpfs', '-o', `size=${sizeMiB}m,mode=0700${extra ? `,${extra}` : ''}`, 'tmpfs', dir], { encoding: 'utf8' });
+  if (r.status !== 0) {
+    fs.rmdirSync(dir);
+    return `mount -t tmpfs is not permitted here (${(r.stderr || r.error?.message || '').trim()})`;
+  }
+  return { dir, unmount: () => { spawnSync('umount', ['-l', dir]); try { fs.rmdirSync(dir); } catch { /* busy */ } } };
 }

@@ -56,19 +56,21 @@ describe('step errors take the reason from stderr when the CLI gave none on stdo
     const l = await ok(s, 'launch', { agent, task: 'do it' });
     const fin = await waitTerminal(s, l.runId);
     expect(fin.state).toBe('failed');
-    return fin.steps[0] as { error: { code: string; message: string }; exitCode: number; stderrTail?: string };
+    return fin.steps[0] as { error: { code: string; message: string; detail?: string }; exitCode: number; stderrTail?: string };
   };
 
-  it('gemini without auth (exit 41): the generic message gains its stderr reason', async () => {
+  it('gemini without auth (exit 41): the generic reason gains its stderr reason, in the detail (the message is listed)', async () => {
     const step = await failedStep('gem');
     expect(step.exitCode).toBe(41);
     expect(step.error.code).toBe('STEP_FAILED');
-    expect(step.error.message).toBe(`agent gem reported an error: gemini ended without a result (exit 41); stderr: ${GEMINI_REASON}`);
+    expect(step.error.message).toBe('agent gem reported an error (exited with code 41)');
+    expect(step.error.detail).toBe(`gemini ended without a result (exit 41); stderr: ${GEMINI_REASON}`);
   });
 
   it('pi without a key (exit 1): the reason is redacted in the error and in stderrTail', async () => {
     const step = await failedStep('pi-agent');
-    expect(step.error.message).toBe('agent pi-agent reported an error: pi ended without an answer (exit 1); stderr: Error: No API key found for anthropic (token=[redacted] Set ANTHROPIC_API_KEY.');
+    expect(step.error.message).toBe('agent pi-agent reported an error (exited with code 1)');
+    expect(step.error.detail).toBe('pi ended without an answer (exit 1); stderr: Error: No API key found for anthropic (token=[redacted] Set ANTHROPIC_API_KEY.');
     expect(step.stderrTail).toContain('pi: starting');
     expect(step.stderrTail).toContain('token=[redacted]');
     expect(step.stderrTail).not.toContain(KEY);
@@ -76,8 +78,10 @@ describe('step errors take the reason from stderr when the CLI gave none on stdo
 
   it('a command agent: its last non-empty stderr line, bounded to 200 characters; nothing added when stderr is empty', async () => {
     const long = await failedStep('long');
-    expect(long.error.message).toBe(`agent long exited with code 3; stderr: Error: ${'x'.repeat(192)}…`);
+    expect(long.error.message).toBe('agent long exited with code 3');
+    expect(long.error.detail).toBe(`stderr: Error: ${'x'.repeat(192)}…`);
     const silent = await failedStep('silent');
     expect(silent.error.message).toBe('agent silent exited with code 3');
+    expect(silent.error.detail).toBeUndefined();
   });
 });
