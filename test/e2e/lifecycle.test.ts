@@ -177,6 +177,8 @@ describe('processes dying around a run', () => {
     b.kill('SIGKILL');
     try {
       expect(await until(() => !stillRunning(server), EXIT_BOUND_MS, 25), 'the server outlived its parent').toBe(true);
+      // The server's last stderr line may still be in the pipe when it is gone: read until it arrives (bounded).
+      await until(() => errB.includes('parent process changed'), 5_000, 25);
       expect(errB).toContain('parent process changed');
     } finally {
       fs.closeSync(fifoFd);
