@@ -2,7 +2,7 @@
 // 1. slot hand-off: a run's agent ends → the next queued run's agent has started, at a cap of 1. Its floor is a bare
 //    detached handshake (spawn → ready → proceed → started) plus one fs.watch wake-up: what any hand-off must do.
 // 2. a queue 1 000 deep at a cap of 8: the latency of a launch that is queued, and of a `status` list, against the same
-//    calls with an empty queue. The list is timed from a second session with the same few runs of its own in both
+//    calls with an empty queue. The list is timed from a second MCP session with the same few runs of its own in both
 //    cases (the queue's cost alone), and from the session that owns the queue (which also lists its newest 200 runs).
 // Speed never fails it; every figure is printed with its ratio.
 import fs from 'node:fs';
