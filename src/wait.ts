@@ -89,3 +89,30 @@ export async function waitUntil<T>(o: WaitUntil<T>): Promise<T | null> {
     watch.close();
   }
 }
+
+/**
+ * Runs `work` on the next turn of the event loop after a request, never two at once: requests that come before it
+ * starts join it, and requests while it runs make exactly one more run after it. A burst of file events thus costs one
+ * scan, and no event is left unscanned. What a run must cover is the caller's own state (flags it sets before asking).
+ */
+export class CoalescedRun {
+  private pending = false;
+  private running = false;
+  private again = false;
+
+  constructor(private readonly work: () => void | Promise<void>) {}
+
+  request(): void {
+    if (this.running) { this.again = true; return; }
+    if (this.pending) return;
+    this.pending = true;
+    setImmediate(() => {
+      this.pending = false;
+      this.running = true;
+      void (async () => { await this.work(); })().catch(() => { /* the next request tries again */ }).finally(() => {
+        this.running = false;
+        if (this.again) { this.again = false; this.request(); }
+      });
+    });
+  }
+}

@@ -6,6 +6,7 @@ import { openStateFile } from '../store/state-file.js';
 import type { ManagerContext } from './context.js';
 import { readMeta, type RunMeta } from './listing.js';
 import { reconcileRun } from './reconcile.js';
+import { CoalescedRun } from '../wait.js';
 
 /**
  * One line of a run's event log, placed in the home's order. The cursor names the line exactly (its time, its run,
@@ -96,9 +97,13 @@ export class HomeFeed {
   private dirWatcher: fs.FSWatcher | null = null;
   private timer: NodeJS.Timeout | null = null;
   private runsSig: string | null = null;
-  private scanning = false;
-  private again = false;
-  private pending = false;
+  /** One scan at a time, bursts of pokes coalesced (src/wait.ts); `reconcileNext` says what the next scan must do. */
+  private readonly scans = new CoalescedRun(() => {
+    const reconcile = this.reconcileNext;
+    this.reconcileNext = false;
+    if (!this.stopped) this.scan(reconcile);
+  });
+  private reconcileNext = false;
   private wantNames = true;
   private wantAll = true;
   private readonly dirty = new Set<string>();
@@ -165,16 +170,8 @@ export class HomeFeed {
 
   private poke(reconcile = false): void {
     if (this.stopped) return;
-    if (this.scanning) { this.again = true; return; }
-    if (this.pending) return;
-    this.pending = true;
-    setImmediate(() => {
-      this.pending = false;
-      this.scanning = true;
-      try { this.scan(reconcile); } catch { /* the next poke tries again */ }
-      this.scanning = false;
-      if (this.again) { this.again = false; this.poke(); }
-    });
+    if (reconcile) this.reconcileNext = true;
+    this.scans.request();
   }
 
   private pokeOutput(): void {

@@ -5,7 +5,7 @@ import { listVisible, listVisibleRuns, type RunMeta, type VisibleRun } from '../
 import { reconcileRun } from '../manager/reconcile.js';
 import { markAdoptedRuns } from '../manager/sessions.js';
 import { watchRunDirs } from '../manager/run-files.js';
-import { DirWatch } from '../wait.js';
+import { CoalescedRun, DirWatch } from '../wait.js';
 import { isTerminalRun, type RunState } from '../store/run-types.js';
 import { runUri } from './resources.js';
 
@@ -41,9 +41,8 @@ export class RunWatcher {
   private readonly seen = new Map<string, Seen>();
   private readonly watchers = new Map<string, DirWatch>();
   private timer: NodeJS.Timeout | null = null;
-  private pending = false;
-  private scanning = false;
-  private again = false;
+  /** One scan at a time, bursts of pokes coalesced (src/wait.ts); the want* flags say what the next scan covers. */
+  private readonly scans = new CoalescedRun(() => this.scan());
   /** The next scan lists every run (not only the active ones), and so does the one after a poke while scanning. */
   private wantFull = true;
   /** The runs not yet terminal at the last look: all that a light scan reads. */
@@ -113,17 +112,7 @@ export class RunWatcher {
     if (o.audit) this.auditNext = true;
     if (o.all) this.readAll = true;
     if (o.runId !== undefined) this.dirty.add(o.runId);
-    if (this.scanning) { this.again = true; return; }
-    if (this.pending) return;
-    this.pending = true;
-    setImmediate(() => {
-      this.pending = false;
-      this.scanning = true;
-      void this.scan().catch(() => {}).finally(() => {
-        this.scanning = false;
-        if (this.again) { this.again = false; this.poke({}); }
-      });
-    });
+    this.scans.request();
   }
 
   private send(fn: () => Promise<void>): void {
