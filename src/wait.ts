@@ -32,6 +32,11 @@ export class DirWatch {
     }
   }
 
+  /** Whether any directory is watched (a directory that does not exist yet is not: watch again later, or poll). */
+  get watching(): boolean {
+    return this.watchers.length > 0;
+  }
+
   next(maxMs: number, signal?: AbortSignal): Promise<boolean> {
     if (this.missed) { this.missed = false; return Promise.resolve(true); }
     if (signal?.aborted) return Promise.resolve(false);

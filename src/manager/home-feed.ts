@@ -6,7 +6,7 @@ import { openStateFile } from '../store/state-file.js';
 import type { ManagerContext } from './context.js';
 import { readMeta, type RunMeta } from './listing.js';
 import { reconcileRun } from './reconcile.js';
-import { CoalescedRun } from '../wait.js';
+import { CoalescedRun, DirWatch } from '../wait.js';
 
 /**
  * One line of a run's event log, placed in the home's order. The cursor names the line exactly (its time, its run,
@@ -68,8 +68,8 @@ interface Followed {
   active: boolean;
   /** The log has a line that ends the run (the runner writes it just after the terminal status). */
   sawEnd: boolean;
-  watcher: fs.FSWatcher | null;
-  outWatcher: fs.FSWatcher | null;
+  watcher: DirWatch | null;
+  outWatcher: DirWatch | null;
 }
 
 export interface FeedOptions {
@@ -94,7 +94,7 @@ export class HomeFeed {
   private readonly runs = new Map<string, Followed>();
   /** The runs followed now (what the poll reads): a few, however many runs the home holds. */
   private readonly activeIds = new Set<string>();
-  private dirWatcher: fs.FSWatcher | null = null;
+  private dirWatcher: DirWatch | null = null;
   private timer: NodeJS.Timeout | null = null;
   private runsSig: string | null = null;
   /** One scan at a time, bursts of pokes coalesced (src/wait.ts); `reconcileNext` says what the next scan must do. */
@@ -116,10 +116,8 @@ export class HomeFeed {
 
   /** Reads the history the options ask for (its events are delivered before this resolves), then follows. */
   async start(): Promise<void> {
-    try {
-      this.dirWatcher = fs.watch(this.ctx.layout.runsDir, () => { this.wantNames = true; this.poke(); });
-      this.dirWatcher.on('error', () => {});
-    } catch { /* the poll finds new runs */ }
+    // Unwatchable: the poll finds new runs.
+    this.dirWatcher = new DirWatch([this.ctx.layout.runsDir], undefined, () => { this.wantNames = true; this.poke(); });
     this.prime();
     this.timer = setInterval(() => {
       if (dirSignature(this.ctx.layout.runsDir) !== this.runsSig) this.wantNames = true;
@@ -249,16 +247,12 @@ export class HomeFeed {
     if (f.active) this.activeIds.add(runId); else this.activeIds.delete(runId);
     const dir = this.ctx.store.paths(runId).dir;
     if (f.active && !f.watcher) {
-      try {
-        f.watcher = fs.watch(dir, () => { this.dirty.add(runId); this.poke(); });
-        f.watcher.on('error', () => {});
-      } catch { /* the poll reads it */ }
+      const w = new DirWatch([dir], undefined, () => { this.dirty.add(runId); this.poke(); });
+      if (w.watching) f.watcher = w; // else the poll reads it
     }
     if (f.active && !f.outWatcher) {
-      try {
-        f.outWatcher = fs.watch(this.ctx.store.paths(runId).outDir, () => { this.outputDirty.add(runId); this.pokeOutput(); });
-        f.outWatcher.on('error', () => {});
-      } catch { /* no out/ yet: the runner makes it at its start, which the directory's watch sees */ }
+      const w = new DirWatch([this.ctx.store.paths(runId).outDir], undefined, () => { this.outputDirty.add(runId); this.pokeOutput(); });
+      if (w.watching) f.outWatcher = w; // else no out/ yet: the runner makes it at its start, which the directory's watch sees
     }
     if (!f.active) {
       f.watcher?.close(); f.watcher = null;
