@@ -31,7 +31,9 @@ describe('bad input: a clear coded refusal, nothing created on disk, the server 
     fs.mkdirSync(path.join(t.root, 'sub'));
     fs.symlinkSync(outside, path.join(t.root, 'escape'));
     fs.symlinkSync(path.join(t.root, 'sub'), path.join(t.root, 'inside-link'));
-    s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root });
+    // No warm pool: its runners announce themselves in warm/ a second after the start, whatever the calls do, and
+    // this suite checks that a refusal writes nothing.
+    s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_WARM_RUNNERS: '0' });
     await s.call('status', {}); // the first listing builds the run index: done before any snapshot
   });
   afterAll(async () => {
