@@ -52,7 +52,11 @@ async function warmStart(warmDir: string): Promise<{ runDir: string; supervisor:
     warmDir, me: selfIdentity(), build: process.env.SUBAGENTS_WARM_BUILD ?? '', bootLog,
     idleMs: Number(process.env.SUBAGENTS_WARM_IDLE_MS) || 300_000,
     claimWaitMs: Number(process.env.SUBAGENTS_WARM_CLAIM_MS) || 10_000,
-    prepare: () => { void loadSupervisor().then((s) => { supervisor = s; }); },
+    prepare: async () => {
+      supervisor = await loadSupervisor();
+      // Its first step's one-time costs paid now, while idle (runner/rehearsal.ts).
+      await supervisor.rehearse(warmDir, selfIdentity());
+    },
   });
   if (!got) {
     if (bootLog) fs.rmSync(bootLog, { force: true });

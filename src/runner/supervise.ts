@@ -14,6 +14,7 @@ import type { Layout, RunPaths } from '../store/layout.js';
 import { endRun, returnRunLedger, type EndState } from '../lifecycle/run-lifecycle.js';
 export { settleLocks } from '../store/lock.js';
 export { handOffFreedSlot } from './hand-off.js';
+export { rehearse } from './rehearsal.js';
 import { queueIsEmpty } from '../lifecycle/queue.js';
 import type { CapacityLedger, RunStore } from '../store/ports.js';
 import { fileStatePorts, type StatePorts } from '../lifecycle/state-ports.js';

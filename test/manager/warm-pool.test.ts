@@ -74,6 +74,29 @@ describe('warm runners', () => {
     expect(ledger(t!.home).roots).toEqual({});
   });
 
+  it('an idle runner rehearses in a scratch home of its own: the real home gets no run, ledger entry or leftover', async () => {
+    setup();
+    // A scratch home left by a runner killed mid-rehearsal (a dead pid) is removed by the next runner that boots.
+    const warm = path.join(t!.home, 'warm');
+    fs.mkdirSync(warm, { recursive: true, mode: 0o700 });
+    const stale = path.join(warm, 'rehearsal-999999999-1');
+    fs.mkdirSync(path.join(stale, 'runs'), { recursive: true, mode: 0o700 });
+    const s = await serve();
+    const idle = await poolOf(2);
+    expect(fs.existsSync(stale)).toBe(false);
+    expect(fs.readdirSync(warm).filter((n) => n.startsWith('rehearsal-'))).toEqual([]);
+    expect(runDirs(t!.home)).toEqual([]);
+    expect(fs.existsSync(path.join(t!.home, 'ledger.json')) ? ledger(t!.home) : { roots: {}, agents: {}, trees: {} }).toMatchObject({ roots: {}, agents: {}, trees: {} });
+    // Its rehearsal's agent is gone (nothing else in its process group), and it still serves a run as its own.
+    for (const id of idle) expect(pidsMentioning(`rehearsal-${id.pid}-`)).toEqual([]);
+    const r = await s.call('launch', { agent: 'echo', task: 'after the rehearsal' });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    const done = sc(await s.call('status', { runId: sc(r).runId, waitMs: 30_000, until: 'terminal' }));
+    expect(done.state).toBe('completed');
+    expect(fs.readFileSync(path.join(t!.home, 'runs', sc(r).runId, 'out', '0.txt'), 'utf8')).toContain('after the rehearsal');
+    expect(idle.map((i) => i.pid)).toContain(readJson(path.join(t!.home, 'runs', sc(r).runId, 'status.json')).runner.pid);
+  });
+
   it('an idle runner killed while idle costs nothing: launches still start, and it is replaced', async () => {
     setup();
     const s = await serve();
