@@ -422,7 +422,9 @@ class Executor {
       st.state = 'failed';
       st.error = { code: 'STEP_FAILED', message: `step ${st.key}: ${uncommitted}` };
     }
-    await this.write();
+    // A single run's one step ends with the run: its end is in the terminal write that follows the sweep of leftovers
+    // (one locked status write fewer on the path a waiting client is woken by).
+    if (this.record.mode !== 'single') await this.write();
     this.store.event(this.runId, { type: 'step-ended', step: st.key, state: st.state, exitCode: st.exitCode, signal: st.signal });
     return { ok, ran: true, text: { file: this.paths.output(st.key), cap: this.record.maxOutputBytes }, error: st.error };
   }
@@ -514,7 +516,7 @@ class Executor {
    * holds the run lock. Retried whole by `persistently` after a refused write; the ledger is returned only once.
    */
   private async endLocked(state: EndState, error: StepError | null): Promise<void> {
-    const r = await endRun({ store: this.store, ledger: this.ledger }, this.record, { state, error }, { locked: true, runnerStatus: this.status, ledgerReturned: this.ledgerReturned });
+    const r = await endRun({ store: this.store, ledger: this.ledger }, this.record, { state, error }, { locked: true, runnerStatus: this.status, ledgerReturned: this.ledgerReturned, ledgerDurable: false });
     this.ledgerReturned = r.ledgerReturned;
     this.endedHere ||= r.ours;
     this.status = r.status;
@@ -525,7 +527,7 @@ class Executor {
   private async retryLedgerReturn(): Promise<void> {
     if (!this.endedHere || this.ledgerReturned || this.status.survivors.length > 0) return;
     try {
-      await returnRunLedger({ store: this.store, ledger: this.ledger }, this.record, this.status);
+      await returnRunLedger({ store: this.store, ledger: this.ledger }, this.record, this.status, false);
       this.ledgerReturned = true;
     } catch (e) {
       process.stderr.write(`runner: ledger release failed: ${(e as Error).message}\n`);
