@@ -165,7 +165,8 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   }
   // Reserved first (docs/contract.md, "Run states"). While the reservation's ledger write is on the disk, this thread writes the run's
   // directory under a hidden name: nothing sees it until it is published, after the reservation holds.
-  const reserving = reserve(ctx, { runId, claims: paths.length, claimPaths: paths, nested, treeLimits: limits });
+  const firstAgent = !nesting && steps[0]?.kind === 'agent' ? { maxAgents: settings.maxAgents } : null;
+  const reserving = reserve(ctx, { runId, claims: paths.length, claimPaths: paths, nested, firstAgent, treeLimits: limits });
   reserving.catch(() => {}); // awaited below
   let prepared: PreparedRun | null = null;
   let prepareFailure: unknown = null;

@@ -312,8 +312,9 @@ class Executor {
   }
 
   private async runAgent(st: StepStatus, spec: AgentTaskSpec, task: string, signal: AbortSignal): Promise<StepOutcome> {
-    const slotKey = `${this.runId}:${st.key}`;
-    const got = await claimAgentSlot(this.ledger, slotKey, this.me, this.record.maxAgents, signal, this.record.rootRunId);
+    // The ledger key of the slot held: the step's own, or the reserved one its launch bound to this runner.
+    const got = await claimAgentSlot(this.ledger, `${this.runId}:${st.key}`, this.me, this.record.maxAgents, signal, this.record.rootRunId);
+    const slotKey = got ?? `${this.runId}:${st.key}`;
     if (!got || signal.aborted) {
       // Stopped (cancel, timeout, failFast) before its agent was spawned: it never started, its fan-out claim is returned.
       if (got) await releaseAgentSlot(this.ledger, slotKey).catch(() => {});
