@@ -126,7 +126,8 @@ describe('warm runners', () => {
     await filler.close();
     const s = await serve({ SUBAGENTS_TEST_FAULT: 'before-ready', SUBAGENTS_HANDSHAKE_TIMEOUT_MS: '20000' });
     const r = await s.call('launch', { agent: 'echo', task: 'must never run' });
-    expect(textOf(r)).toMatch(/^HANDSHAKE_FAILED: .*the spawn phase: the runner exited/);
+    // A warm runner is bound and told to proceed at its claim (its identity is known): its death shows at proceed.
+    expect(textOf(r)).toMatch(/^HANDSHAKE_FAILED: .*the proceed phase: the runner exited/);
     const [runId] = runDirs(t!.home);
     const status = readJson(path.join(t!.home, 'runs', runId!, 'status.json'));
     expect(status.state).toBe('failed');
