@@ -97,6 +97,29 @@ describe('warm runners', () => {
     expect(idle.map((i) => i.pid)).toContain(readJson(path.join(t!.home, 'runs', sc(r).runId, 'status.json')).runner.pid);
   });
 
+  it("the rehearsal leaves the supervisor's code cache; a damaged cache is refused, replaced, and costs nothing else", async () => {
+    setup();
+    const s = await serve();
+    const idle = await poolOf(2);
+    const warm = path.join(t!.home, 'warm');
+    const caches = () => fs.readdirSync(warm).filter((n) => n.startsWith('supervisor-') && n.endsWith('.v8cache'));
+    await until(() => caches().length === 1, 'the code cache written');
+    const cache = path.join(warm, caches()[0]!);
+    expect(fs.statSync(cache).mode & 0o777).toBe(0o600);
+    // Garbage in its place: the runners that boot next must refuse it (V8 checks it), compile as without it, and
+    // write a good one again.
+    fs.writeFileSync(cache, Buffer.alloc(4096, 7));
+    for (const id of idle) process.kill(id.pid, 'SIGKILL');
+    await until(() => idle.every((id) => !stillRunning(id)), 'the idle runners gone');
+    const r = await s.call('launch', { agent: 'echo', task: 'with a damaged cache' });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    expect(sc(await s.call('status', { runId: sc(r).runId, waitMs: 30_000, until: 'terminal' })).state).toBe('completed');
+    await until(() => idleRunners(t!.home).filter((id) => !idle.some((old) => old.pid === id.pid)).length >= 1, 'a replacement idle');
+    await until(() => !fs.readFileSync(cache).equals(Buffer.alloc(4096, 7)), 'the cache written again', 20_000);
+    const again = await s.call('launch', { agent: 'echo', task: 'with the cache again' });
+    expect(sc(await s.call('status', { runId: sc(again).runId, waitMs: 30_000, until: 'terminal' })).state).toBe('completed');
+  });
+
   it('an idle runner killed while idle costs nothing: launches still start, and it is replaced', async () => {
     setup();
     const s = await serve();
