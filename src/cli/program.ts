@@ -25,6 +25,9 @@ const SETTING_HELP: Record<string, string> = {
   SUBAGENTS_MAX_WAIT_MS: 'ceiling for status long-polls (default 45000)',
   SUBAGENTS_HANDSHAKE_TIMEOUT_MS: 'how long a launch waits for its runner to report ready (default 10000)',
   SUBAGENTS_MAX_OUTPUT_BYTES: "bytes of one step's output kept on disk (default 64 MiB)",
+  SUBAGENTS_REDIS_URL: 'distributed mode: the Redis (redis:// or rediss://) runs are queued in; a credential (also --redis)',
+  SUBAGENTS_POOL: 'distributed mode: the queue a server submits to and a worker takes from (default "default")',
+  SUBAGENTS_STALL_INTERVAL_MS: "distributed mode: a worker's lock and stall check period (default 30000)",
 };
 
 /** Adds every setting's flag (`--max-active-runs <value>`, env SUBAGENTS_MAX_ACTIVE_RUNS) to a command. */
@@ -33,6 +36,7 @@ function withSettingFlags(cmd: Command): Command {
     cmd.addOption(new Option(`${flagName(env)} <value>`, `${SETTING_HELP[env] ?? ''} [env ${env}]`));
   }
   cmd.addOption(new Option('--root <dir>', 'a root directory (repeatable; same as SUBAGENTS_ROOTS)').argParser((v: string, prev: string[] | undefined) => [...(prev ?? []), v]));
+  cmd.addOption(new Option('--redis <url>', 'same as --redis-url'));
   return cmd;
 }
 
