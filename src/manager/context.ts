@@ -4,6 +4,9 @@ import { fileStatePorts, type StatePorts } from '../lifecycle/state-ports.js';
 import type { Layout } from '../store/layout.js';
 import type { CapacityLedger, RunStore, SessionRegistry } from '../store/ports.js';
 import type { NestingContext } from './nesting.js';
+import type { LaunchInput, LaunchResult } from './launch.js';
+import type { StatusAnswer, StatusQuery } from './run-status.js';
+import type { CancelResult } from './cancel.js';
 
 /** Everything a use-case needs: settings, the state home, who we are. Built once per server process. */
 export interface ManagerContext {
@@ -25,6 +28,19 @@ export interface ManagerContext {
   /** The environment this server was started with (agents get an allowlisted part of it). */
   env: NodeJS.ProcessEnv;
   log: (line: string) => void;
+  /**
+   * Distributed mode (SUBAGENTS_REDIS_URL, docs/scale-out.md): launch, status and cancel go to Redis and the pool's
+   * workers instead of this home's runners. Absent in local mode.
+   */
+  distributed?: DistributedRuns;
+}
+
+/** The use cases that distributed mode serves from Redis (src/manager/distributed/). */
+export interface DistributedRuns {
+  launch(ctx: ManagerContext, input: LaunchInput): Promise<LaunchResult>;
+  status(ctx: ManagerContext, q: StatusQuery, o: { signal: AbortSignal }): Promise<StatusAnswer>;
+  cancel(ctx: ManagerContext, runId: string): Promise<CancelResult>;
+  close(): Promise<void>;
 }
 
 /** The built runner entry and the bundled agents (src/paths.ts: correct in the tsc build and in the bundle). */

@@ -3,7 +3,7 @@ import path from 'node:path';
 import { adapterFor } from '../agents/adapters/index.js';
 import { globToRegExp, isNeverPass } from '../agents/agent-env.js';
 import { BACKENDS, type Backend } from '../agents/types.js';
-import { flagName, type Settings } from '../config.js';
+import { flagName, redactRedisUrl, type Settings } from '../config.js';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { readEvents } from '../store/event-log.js';
 import { waitingOrder } from '../lifecycle/queue.js';
@@ -78,6 +78,10 @@ function settingRows(s: Settings, warmIdle: number): DoctorReport['settings'] {
   add('SUBAGENTS_MAX_OUTPUT_BYTES', 'maxOutputBytes', String(s.maxOutputBytes));
   add('SUBAGENTS_WARM_RUNNERS', 'warmRunners', s.warmRunners === 0 ? '0 (a runner boots per launch)' : `${s.warmRunners} (${warmIdle} idle in this home now; after a burst, up to 8 for one idle time)`);
   add('SUBAGENTS_WARM_IDLE_MS', 'warmIdleMs', String(s.warmIdleMs));
+  // The URL carries the password: scheme, host and port only.
+  add('SUBAGENTS_REDIS_URL', 'redisUrl', s.redisUrl ? `${redactRedisUrl(s.redisUrl)} (distributed mode)` : '(none: local mode)');
+  add('SUBAGENTS_POOL', 'pool', s.pool);
+  add('SUBAGENTS_STALL_INTERVAL_MS', 'stallIntervalMs', String(s.stallIntervalMs));
   for (const [b, bin] of Object.entries(s.bins)) rows.push({ env: `SUBAGENTS_BIN_${b.toUpperCase()}`, flag: '-', value: bin, source: 'env' });
   return rows;
 }

@@ -10,6 +10,7 @@ import { realpathOrNull } from '../realpath.js';
 import { SessionView } from '../manager/sessions.js';
 import { Sweeper } from '../manager/sweep.js';
 import { startWarmPool } from '../manager/warm-pool.js';
+import { distributedRuns } from '../manager/distributed/index.js';
 import { DASHBOARD_URI, readAppResource } from './app-resource.js';
 import { completeArgument, listResources, readResource, requireResource, RESOURCE_TEMPLATES } from './resources.js';
 import { refusal } from './results.js';
@@ -36,6 +37,7 @@ export function buildContext(settings: Settings, env: NodeJS.ProcessEnv, clientR
     settings, layout, store, ledger, sessionRegistry, sessionId, server, nesting, env, log,
     roots: () => explicit ?? clientRoots() ?? fallback,
     visibleSessions: () => sessions.visible(),
+    distributed: distributedRuns(settings),
   };
   return { ctx, sessions };
 }
@@ -76,7 +78,8 @@ export function startCore(o: CoreOptions): Core {
   const env: ToolEnv = { ctx, shutdown: o.shutdown, sessions: ctx.nesting ? null : sessions, onListChanged: (c) => watcher.listChanged(c?.existing ?? false) };
   watcher.start();
   const stopSweeper = new Sweeper(ctx).start();
-  const stopWarmPool = startWarmPool(ctx);
+  // Distributed mode starts no local runner: its workers do (docs/scale-out.md).
+  const stopWarmPool = ctx.distributed ? () => {} : startWarmPool(ctx);
   return {
     callTool: async (name, args, extra) => {
       const tool = loadTool(name);
@@ -107,6 +110,6 @@ export function startCore(o: CoreOptions): Core {
       watcher.poke();
       return t;
     },
-    stop: () => { watcher.stop(); stopSweeper(); stopWarmPool(); },
+    stop: () => { watcher.stop(); stopSweeper(); stopWarmPool(); void ctx.distributed?.close(); },
   };
 }

@@ -1,0 +1,248 @@
+/**
+ * Distributed mode's launch, status and cancel (docs/scale-out.md): a launch is accepted in Redis (one script:
+ * fan-out, an active-run slot or a queue place, record and first status) and added to its pool's BullMQ queue; a
+ * worker takes it and runs it with the local runner on its machine, mirroring the run into Redis; `status` reads Redis
+ * and waits on the run's channel; `cancel` removes a job no worker holds, else asks the holding worker.
+ */
+import path from 'node:path';
+import { SubagentError } from '../../errors.js';
+import { newRunId } from '../../ids.js';
+import { connect } from '../../store/redis/connection.js';
+import { channels } from '../../store/redis/keys.js';
+import { JobQueue } from '../../store/redis/job-queue.js';
+import type { LaunchJob } from '../../store/redis/job.js';
+import { RunNotifications } from '../../store/redis/notifications.js';
+import { RedisRuns, type DistributedRecord, type StoredRun } from '../../store/redis/run-store.js';
+import { isTerminalRun, type RunStatus, type StepSpec, type StepStatus } from '../../store/run-types.js';
+import { newStepStatus } from '../../store/step-status.js';
+import type { Settings } from '../../config.js';
+import type { CancelResult } from '../cancel.js';
+import type { DistributedRuns, ManagerContext } from '../context.js';
+import { DEFAULT_CONCURRENCY, type ChainEntryInput, type LaunchInput, type LaunchResult } from '../launch.js';
+import { notFound } from '../listing.js';
+import type { StatusAnswer, StatusQuery, WaitInfo } from '../run-status.js';
+import type { RunSummary } from '../status-view.js';
+import { endedStatus, renderDistributedRun } from './view.js';
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Agents each entry starts (its fan-out claim) and the most at once (the run's agent slots). */
+function shapeOf(entries: ChainEntryInput[]): { claims: number; width: number; agents: string[] } {
+  let claims = 0;
+  let width = 1;
+  const agents: string[] = [];
+  for (const e of entries) {
+    if ('parallel' in e) {
+      claims += e.parallel.length;
+      width = Math.max(width, Math.min(e.concurrency ?? DEFAULT_CONCURRENCY, e.parallel.length));
+      agents.push(...e.parallel.map((m) => m.agent));
+    } else {
+      claims += 1;
+      agents.push(e.agent);
+    }
+  }
+  return { claims, width, agents };
+}
+
+/** Pending step statuses named after the agents asked for (the worker resolves and freezes them). */
+function pendingSteps(entries: ChainEntryInput[]): StepStatus[] {
+  return entries.map((e, i) => newStepStatus(i, ('parallel' in e
+    ? { kind: 'group', members: e.parallel.map((m) => ({ agent: { name: m.agent } })), concurrency: 1, failFast: false }
+    : { kind: 'agent', agent: { name: e.agent } }) as unknown as StepSpec));
+}
+
+export class DistributedExecutor implements DistributedRuns {
+  readonly runs: RedisRuns;
+  private readonly queue: JobQueue;
+  private readonly notes: RunNotifications;
+
+  constructor(private readonly settings: Settings & { redisUrl: string }) {
+    this.runs = new RedisRuns(connect(settings.redisUrl, { name: 'subagents-server' }));
+    this.queue = new JobQueue(settings.redisUrl, settings.pool);
+    this.notes = new RunNotifications(settings.redisUrl);
+  }
+
+  async launch(ctx: ManagerContext, input: LaunchInput): Promise<LaunchResult> {
+    const { settings } = ctx;
+    if (ctx.nesting) throw new SubagentError('INVALID_INPUT', 'a nested launch cannot go to the distributed queue; the agent delegates on its own worker (docs/scale-out.md, "Limits").');
+    if (input.isolation !== undefined) throw new SubagentError('INVALID_INPUT', 'isolation: "worktree" is not available in distributed mode yet; launch without it or use a local server (docs/scale-out.md, "Limits").');
+    for (const [name, v] of [['timeoutMs', input.timeoutMs], ['queueTimeoutMs', input.queueTimeoutMs]] as const) {
+      if (v !== undefined && v > settings.maxTimeoutMs) throw new SubagentError('INVALID_INPUT', `${name} ${v} is above the maximum of ${settings.maxTimeoutMs} ms (SUBAGENTS_MAX_TIMEOUT_MS).`);
+    }
+    // The worker checks the cwd against its own roots (the machines share paths, not files): here it must only be
+    // absolute, or relative to this server's first root.
+    const roots = ctx.roots();
+    const base = roots[0] ?? settings.cwd;
+    const cwd = input.cwd === undefined ? base : path.resolve(base, input.cwd);
+    if (roots.length && !roots.some((r) => cwd === r || cwd.startsWith(r.endsWith(path.sep) ? r : r + path.sep))) {
+      throw new SubagentError('CWD_NOT_ALLOWED', `cwd ${JSON.stringify(cwd.slice(0, 200))} is outside this server's roots (${roots.join(', ')}); give a directory inside one of them.`);
+    }
+    const entries: ChainEntryInput[] = input.mode === 'single' ? [input.step] : input.mode === 'parallel' ? [input.group] : input.chain;
+    const { claims, width, agents } = shapeOf(entries);
+    const runId = newRunId();
+    const createdAt = new Date().toISOString();
+    const record: DistributedRecord = {
+      v: 1, runId, sessionId: ctx.sessionId, pool: settings.pool, mode: input.mode, cwd, label: input.label ?? null, createdAt,
+      agents, limits: { maxSpawns: settings.maxSpawnsPerRun, maxDepth: settings.maxDepth }, claims, agentSlots: width,
+    };
+    const status = (state: 'starting' | 'queued'): RunStatus => ({
+      v: 1, runId, state, error: null, startedAt: null, endedAt: null, updatedAt: createdAt, runner: null,
+      steps: pendingSteps(entries), appendsTaken: 0, survivors: [],
+    });
+    const queueAllowed = input.queue !== false && settings.maxActiveRuns > 0;
+    const c = await this.runs.claimLaunch(record, status('starting'), status('queued'), { limit: settings.maxActiveRuns, queueAllowed, maxQueued: settings.maxQueued });
+    if (c.outcome === 'FANOUT') {
+      throw new SubagentError('FANOUT_EXHAUSTED', `this launch would start ${claims} agents and the run tree may start ${settings.maxSpawnsPerRun} in all (SUBAGENTS_MAX_SPAWNS_PER_RUN); ${c.used} are claimed. Launch fewer agents.`);
+    }
+    if (c.outcome === 'FULL' || c.outcome === 'QUEUE_FULL') {
+      const why = c.outcome === 'FULL'
+        ? `${c.active} of ${settings.maxActiveRuns} active runs are in progress across the pool's servers (SUBAGENTS_MAX_ACTIVE_RUNS)`
+        : `the queue holds ${c.queued} launches, its limit (SUBAGENTS_MAX_QUEUED)`;
+      throw new SubagentError('CAPACITY_EXHAUSTED', `${why}. Wait with status { waitMs } and retry, or cancel one of your runs.`);
+    }
+    const job: LaunchJob = {
+      runId, sessionId: ctx.sessionId, input: { ...input, cwd, queue: false }, limit: settings.maxActiveRuns,
+      maxAgents: settings.maxAgents, agentSlots: width,
+    };
+    try {
+      await this.queue.add(job);
+    } catch (e) {
+      // Accepted in Redis but never queued: the run ends at once and gives its slot back.
+      await this.runs.endRun(endedStatus(status(c.outcome === 'QUEUED' ? 'queued' : 'starting'), 'failed', { code: 'HANDSHAKE_FAILED', message: 'the run could not be queued for a worker; nothing was started' })).catch(() => {});
+      throw e;
+    }
+    void this.runs.event(runId, { type: c.outcome === 'QUEUED' ? 'queued' : 'accepted', pool: settings.pool }).catch(() => {});
+    const st = status(c.outcome === 'QUEUED' ? 'queued' : 'starting');
+    const steps = (input.mode === 'parallel' ? st.steps[0]!.members! : st.steps).map((s) => ({ index: s.index, agent: s.agent, state: s.state }));
+    return {
+      runId, sessionId: ctx.sessionId, state: st.state, mode: input.mode, steps,
+      fanout: { used: claims, limit: settings.maxSpawnsPerRun, remaining: settings.maxSpawnsPerRun - claims },
+      capacity: { active: c.active, limit: settings.maxActiveRuns },
+      ...(c.outcome === 'QUEUED' ? { queue: { position: c.position, length: c.queued } } : {}),
+    };
+  }
+
+  /** The run as this session may see it, else RUN_NOT_FOUND. */
+  private async visible(ctx: ManagerContext, runId: string): Promise<StoredRun> {
+    const run = await this.runs.read(runId);
+    if (!run || !ctx.visibleSessions().has(run.record.sessionId)) throw notFound(runId);
+    return run;
+  }
+
+  /**
+   * A run whose worker died: BullMQ failed its job as stalled (maxStalledCount 0: never run again), or finished it
+   * without the end reaching Redis. It ends failed/RUNNER_LOST (docs/scale-out.md, "Failures").
+   */
+  async reconcile(run: StoredRun): Promise<StoredRun> {
+    if (isTerminalRun(run.status.state) || run.status.state === 'queued') return run;
+    const job = await this.queue.state(run.record.runId);
+    const lost = job === null ? run.worker !== null : job.state === 'failed' || job.state === 'completed';
+    if (!lost) return run;
+    const who = run.worker ? `worker ${run.host ?? '?'} (${run.worker})` : 'its worker';
+    const reason = job?.failedReason ? ` (${job.failedReason.slice(0, 120)})` : '';
+    await this.runs.endRun(endedStatus(run.status, 'failed', { code: 'RUNNER_LOST', message: `${who} stopped holding the run${reason}; its agents were stopped by the runner on that machine, and it is never run again.` }));
+    return (await this.runs.read(run.record.runId)) ?? run;
+  }
+
+  async status(ctx: ManagerContext, q: StatusQuery, o: { signal: AbortSignal }): Promise<StatusAnswer> {
+    const waitMs = Math.min(q.waitMs ?? 0, ctx.settings.maxWaitMs);
+    if (q.runId === undefined) return this.list(ctx, q);
+    const runId = q.runId;
+    let run = await this.reconcile(await this.visible(ctx, runId));
+    let info: WaitInfo | undefined;
+    if (waitMs > 0) {
+      if (isTerminalRun(run.status.state)) info = { waitedMs: 0, changed: false };
+      else {
+        const before = fingerprint(run.status);
+        const start = performance.now();
+        let changed = false;
+        let wake: () => void = () => {};
+        const stop = await this.notes.watch(runId, () => wake());
+        try {
+          const end = start + waitMs;
+          let lastPoll = performance.now();
+          while (!o.signal.aborted && performance.now() < end) {
+            // The channel wakes this at once; the 1 s look behind it also catches a worker that died (it publishes nothing).
+            await new Promise<void>((r) => {
+              const t = setTimeout(r, Math.min(1000, Math.max(0, end - performance.now())));
+              wake = () => { clearTimeout(t); r(); };
+              o.signal.addEventListener('abort', wake, { once: true });
+            });
+            const polled = performance.now() - lastPoll >= 1000;
+            const next = await this.runs.read(runId);
+            if (!next) break;
+            run = polled ? await this.reconcile(next) : next;
+            if (polled) lastPoll = performance.now();
+            if (isTerminalRun(run.status.state) || (q.until !== 'terminal' && fingerprint(run.status) !== before)) { changed = true; break; }
+          }
+        } finally {
+          stop();
+        }
+        info = { waitedMs: Math.round(performance.now() - start), changed };
+      }
+    }
+    const view = await renderDistributedRun(this.runs, ctx, run, q.outputBytes);
+    return { kind: 'run', ...view, ...(info ?? {}) };
+  }
+
+  private async list(ctx: ManagerContext, q: StatusQuery): Promise<StatusAnswer> {
+    const ids = await this.runs.sessionRuns(ctx.sessionId, 200);
+    const runs: RunSummary[] = [];
+    for (const id of ids) {
+      const r = await this.runs.read(id);
+      if (!r) continue;
+      const place = r.status.state === 'queued' ? await this.runs.queuePlace(id) : null;
+      runs.push({
+        runId: id, sessionId: r.record.sessionId, state: r.status.state, mode: r.record.mode, label: r.record.label,
+        agents: r.record.agents, createdAt: r.record.createdAt, endedAt: r.status.endedAt,
+        error: r.status.error ? { code: r.status.error.code, message: r.status.error.message } : null,
+        adopted: false, dismissed: false, ...(place ? { queue: place } : {}),
+      });
+    }
+    void q;
+    const c = await this.runs.counts();
+    return { kind: 'list', sessionId: ctx.sessionId, runs, capacity: { active: c.active, limit: ctx.settings.maxActiveRuns, queued: c.queued } };
+  }
+
+  async cancel(ctx: ManagerContext, runId: string): Promise<CancelResult> {
+    let run = await this.visible(ctx, runId);
+    const answer = (r: StoredRun): CancelResult => ({ runId, state: r.status.state, error: r.status.error ? { code: r.status.error.code, message: r.status.error.message } : null, survivors: [] });
+    if (isTerminalRun(run.status.state)) return answer(run);
+    // A job no worker holds is removed from the queue and the run ends here; a held one is the worker's to stop.
+    if (run.status.state === 'queued' || run.status.state === 'starting') {
+      const removed = await this.queue.remove(runId);
+      if (removed !== 'taken') {
+        await this.runs.endRun(endedStatus(run.status, 'cancelled', { code: 'CANCELLED', message: 'cancelled before a worker started it' }));
+        return answer((await this.runs.read(runId)) ?? run);
+      }
+    }
+    let wake: () => void = () => {};
+    const stop = await this.notes.watch(runId, () => wake());
+    try {
+      await this.runs.redis.publish(channels.cancel(run.record.pool), runId);
+      const end = performance.now() + ctx.settings.killGraceMs + 5000;
+      while (performance.now() < end) {
+        run = (await this.runs.read(runId)) ?? run;
+        if (isTerminalRun(run.status.state)) break;
+        run = await this.reconcile(run);
+        if (isTerminalRun(run.status.state)) break;
+        await new Promise<void>((r) => { const t = setTimeout(r, 500); wake = () => { clearTimeout(t); r(); }; });
+      }
+    } finally {
+      stop();
+    }
+    return answer(run);
+  }
+
+  async close(): Promise<void> {
+    this.notes.close();
+    await this.queue.close();
+    this.runs.redis.disconnect();
+    await sleep(0);
+  }
+}
+
+/** What a waiter compares: the run's state and its steps' states. */
+function fingerprint(s: RunStatus): string {
+  return `${s.state}/${s.steps.map((st) => `${st.state}${st.members ? `[${st.members.map((m) => m.state).join(',')}]` : ''}`).join('|')}`;
+}

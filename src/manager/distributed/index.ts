@@ -1,0 +1,19 @@
+/**
+ * Distributed mode for a server or the command line (docs/scale-out.md). The executor, with BullMQ and ioredis, is
+ * loaded at its first use: a local server never loads them.
+ */
+import type { Settings } from '../../config.js';
+import type { DistributedRuns } from '../context.js';
+
+export function distributedRuns(settings: Settings): DistributedRuns | undefined {
+  const url = settings.redisUrl;
+  if (url === null) return undefined;
+  let executor: Promise<DistributedRuns> | null = null;
+  const get = () => (executor ??= import('./executor.js').then((m) => new m.DistributedExecutor({ ...settings, redisUrl: url })));
+  return {
+    launch: async (ctx, input) => (await get()).launch(ctx, input),
+    status: async (ctx, q, o) => (await get()).status(ctx, q, o),
+    cancel: async (ctx, runId) => (await get()).cancel(ctx, runId),
+    close: async () => { if (executor) await (await executor).close(); },
+  };
+}
