@@ -187,6 +187,24 @@ Examples:
       return uiCommand(operator(cmd), o, out);
     }));
 
+  withSettingFlags(program.command('worker').description('distributed mode: take runs from the pool\'s queue in Redis and run them on this machine (docs/scale-out.md); needs --redis'))
+    .option('--concurrency <n>', 'runs at once on this machine (default 2)', '2')
+    .option('--drain-timeout <ms>', 'on SIGTERM: how long running runs may finish before they are cancelled (default 60000)', '60000')
+    .action(act(async (o: { concurrency: string; drainTimeout: string }, cmd: Command) => {
+      const settings = cliSettings(settingFlags(cmd));
+      if (!settings.redisUrl) throw new CliError('worker needs --redis <url> (or SUBAGENTS_REDIS_URL)', EXIT_USAGE);
+      const concurrency = Number(o.concurrency);
+      const drainTimeoutMs = Number(o.drainTimeout);
+      if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 256) throw new CliError('--concurrency must be a whole number from 1 to 256', EXIT_USAGE);
+      if (!Number.isInteger(drainTimeoutMs) || drainTimeoutMs < 0) throw new CliError('--drain-timeout must be a whole number of ms', EXIT_USAGE);
+      const { runWorker } = await import('../worker/worker.js');
+      const roots = settings.explicitRoots ?? [];
+      const home = settings.sources.home === 'default' ? null : settings.home;
+      const code = await runWorker(settings, { concurrency, roots, home, drainTimeoutMs }, (line) => process.stderr.write(`subagents-mcp worker: ${line}\n`));
+      // Drained and disconnected: what is left (file watches of the worker's home) must not keep it alive.
+      process.exit(code);
+    }));
+
   withHome(program.command('gc').description('remove dismissed or ended runs past retention, with their files; never an active run'))
     .option('--older-than <age>', 'retention: runs that ended longer ago than this (30d, 12h, 90m, 2w)', '30d')
     .option('--dry-run', 'report what would be removed, remove nothing')

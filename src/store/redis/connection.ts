@@ -48,6 +48,20 @@ export function redisReason(e: unknown): string {
   return 'it failed the call';
 }
 
+/**
+ * Resolves once the client is connected (starting a lazy one), within the caller's bound: commands are never queued
+ * while Redis is away (no offline queue), so a call that answered BUSY can never take effect later.
+ */
+export async function ready(r: Redis): Promise<void> {
+  if (r.status === 'ready') return;
+  if (r.status === 'wait') r.connect().catch(() => {});
+  await new Promise<void>((resolve) => {
+    const done = () => { r.off('ready', done); resolve(); };
+    r.on('ready', done);
+    if (r.status === 'ready') done();
+  });
+}
+
 /** Runs one Redis operation within `ms`; any failure or a late answer becomes BUSY naming the reason. */
 export async function bounded<T>(what: string, op: () => Promise<T>, ms = REDIS_CALL_MS): Promise<T> {
   let timer: NodeJS.Timeout | undefined;

@@ -5,7 +5,7 @@
  * Every call is bounded and fails BUSY (./connection.ts).
  */
 import type { RunStatus } from '../run-types.js';
-import { bounded } from './connection.js';
+import { bounded as boundedCall, ready } from './connection.js';
 import { channels, keys } from './keys.js';
 import type { ScriptedRedis } from './scripts.js';
 
@@ -46,8 +46,13 @@ export type ClaimOutcome =
 export class RedisRuns {
   constructor(readonly redis: ScriptedRedis) {}
 
+  /** One bounded call, once the connection is up (./connection.ts). */
+  private call<T>(what: string, op: () => Promise<T>): Promise<T> {
+    return boundedCall(what, async () => { await ready(this.redis); return op(); });
+  }
+
   async claimLaunch(record: DistributedRecord, admitted: RunStatus, queued: RunStatus, o: { limit: number; queueAllowed: boolean; maxQueued: number }): Promise<ClaimOutcome> {
-    const r = await bounded('accept the launch', () => this.redis.saClaimLaunch(
+    const r = await this.call('accept the launch', () => this.redis.saClaimLaunch(
       keys.active, keys.queued, keys.queueSeq, keys.fanout(record.runId), keys.run(record.runId), keys.sessionRuns(record.sessionId),
       record.runId, o.limit, record.claims, record.limits.maxSpawns, o.queueAllowed ? 1 : 0, o.maxQueued,
       JSON.stringify(record), Date.parse(record.createdAt), JSON.stringify(admitted), JSON.stringify(queued)));
@@ -60,87 +65,87 @@ export class RedisRuns {
 
   /** 1: start it now; 0: not yet (no slot, or not its turn); -1: it ended or is unknown, never start it. */
   async startRun(runId: string, limit: number, agentSlots: number, maxAgents: number): Promise<1 | 0 | -1> {
-    const r = await bounded('start the run', () => this.redis.saStartRun(keys.active, keys.queued, keys.agents, keys.agentsTotal, keys.run(runId), runId, limit, agentSlots, maxAgents));
+    const r = await this.call('start the run', () => this.redis.saStartRun(keys.active, keys.queued, keys.agents, keys.agentsTotal, keys.run(runId), runId, limit, agentSlots, maxAgents));
     return Number(r) as 1 | 0 | -1;
   }
 
   /** A non-terminal status (never replacing a terminal one), with fields such as the worker; false when it had ended. */
   async putStatus(status: RunStatus, fields: Record<string, string> = {}): Promise<boolean> {
     const extra = Object.entries(fields).flat();
-    const r = await bounded('record the run\'s status', () => this.redis.saPutStatus(keys.run(status.runId), JSON.stringify(status), channels.run(status.runId), ...extra));
+    const r = await this.call('record the run\'s status', () => this.redis.saPutStatus(keys.run(status.runId), JSON.stringify(status), channels.run(status.runId), ...extra));
     return r === 1;
   }
 
   /** The run's end (the first end wins), its slots returned; false when it had already ended. */
   async endRun(status: RunStatus): Promise<boolean> {
-    const r = await bounded('record the run\'s end', () => this.redis.saEndRun(keys.run(status.runId), keys.active, keys.queued, keys.agents, keys.agentsTotal, status.runId, JSON.stringify(status), channels.run(status.runId)));
+    const r = await this.call('record the run\'s end', () => this.redis.saEndRun(keys.run(status.runId), keys.active, keys.queued, keys.agents, keys.agentsTotal, status.runId, JSON.stringify(status), channels.run(status.runId)));
     return r === 1;
   }
 
   async read(runId: string): Promise<StoredRun | null> {
-    const h = await bounded('read the run', () => this.redis.hgetall(keys.run(runId)));
+    const h = await this.call('read the run', () => this.redis.hgetall(keys.run(runId)));
     if (!h.record || !h.status) return null;
     return { record: JSON.parse(h.record) as DistributedRecord, status: JSON.parse(h.status) as RunStatus, worker: h.worker ?? null, host: h.host ?? null };
   }
 
   async readState(runId: string): Promise<string | null> {
-    return bounded('read the run', () => this.redis.hget(keys.run(runId), 'state'));
+    return this.call('read the run', () => this.redis.hget(keys.run(runId), 'state'));
   }
 
   async appendOutput(runId: string, stepKey: string, bytes: Buffer, capBytes: number): Promise<number> {
-    return bounded('store the output', () => this.redis.saAppendCapped(keys.output(runId, stepKey), bytes, capBytes));
+    return this.call('store the output', () => this.redis.saAppendCapped(keys.output(runId, stepKey), bytes, capBytes));
   }
 
   async outputLength(runId: string, stepKey: string): Promise<number> {
-    return bounded('read the output', () => this.redis.strlen(keys.output(runId, stepKey)));
+    return this.call('read the output', () => this.redis.strlen(keys.output(runId, stepKey)));
   }
 
   /** Bytes [start, end] (inclusive, as GETRANGE) of a step's stored output. */
   async outputRange(runId: string, stepKey: string, start: number, end: number): Promise<Buffer> {
-    return bounded('read the output', () => this.redis.getrangeBuffer(keys.output(runId, stepKey), start, end));
+    return this.call('read the output', () => this.redis.getrangeBuffer(keys.output(runId, stepKey), start, end));
   }
 
   async event(runId: string, ev: Record<string, unknown>): Promise<void> {
-    await bounded('record the event', () => this.redis.rpush(keys.events(runId), JSON.stringify({ ts: new Date().toISOString(), ...ev })));
+    await this.call('record the event', () => this.redis.rpush(keys.events(runId), JSON.stringify({ ts: new Date().toISOString(), ...ev })));
   }
 
   async events(runId: string): Promise<Array<Record<string, unknown>>> {
-    const lines = await bounded('read the events', () => this.redis.lrange(keys.events(runId), 0, -1));
+    const lines = await this.call('read the events', () => this.redis.lrange(keys.events(runId), 0, -1));
     return lines.map((l) => JSON.parse(l) as Record<string, unknown>);
   }
 
   /** A session's run ids, newest first. */
   async sessionRuns(sessionId: string, max = 1000): Promise<string[]> {
-    return bounded('list the session\'s runs', () => this.redis.zrevrange(keys.sessionRuns(sessionId), 0, max - 1));
+    return this.call('list the session\'s runs', () => this.redis.zrevrange(keys.sessionRuns(sessionId), 0, max - 1));
   }
 
   /** A queued run's 1-based place and the queue's length; null when it is not queued. */
   async queuePlace(runId: string): Promise<{ position: number; length: number } | null> {
-    const [rank, length] = await bounded('read the queue', async () => Promise.all([this.redis.zrank(keys.queued, runId), this.redis.zcard(keys.queued)]));
+    const [rank, length] = await this.call('read the queue', async () => Promise.all([this.redis.zrank(keys.queued, runId), this.redis.zcard(keys.queued)]));
     return rank === null ? null : { position: rank + 1, length };
   }
 
   async counts(): Promise<{ active: number; queued: number; agents: number }> {
-    const [active, queued, agents] = await bounded('read the capacity', async () => Promise.all([
+    const [active, queued, agents] = await this.call('read the capacity', async () => Promise.all([
       this.redis.scard(keys.active), this.redis.zcard(keys.queued), this.redis.get(keys.agentsTotal),
     ]));
     return { active, queued, agents: Number(agents ?? 0) };
   }
 
   async fanoutUsed(rootRunId: string): Promise<number> {
-    return Number(await bounded('read the fan-out', () => this.redis.get(keys.fanout(rootRunId))) ?? 0);
+    return Number(await this.call('read the fan-out', () => this.redis.get(keys.fanout(rootRunId))) ?? 0);
   }
 
   async heartbeat(beat: WorkerBeat): Promise<void> {
-    await bounded('record the heartbeat', () => this.redis.hset(keys.workers, beat.id, JSON.stringify(beat)));
+    await this.call('record the heartbeat', () => this.redis.hset(keys.workers, beat.id, JSON.stringify(beat)));
   }
 
   async forgetWorker(id: string): Promise<void> {
-    await bounded('remove the heartbeat', () => this.redis.hdel(keys.workers, id));
+    await this.call('remove the heartbeat', () => this.redis.hdel(keys.workers, id));
   }
 
   async workers(): Promise<WorkerBeat[]> {
-    const h = await bounded('read the workers', () => this.redis.hgetall(keys.workers));
+    const h = await this.call('read the workers', () => this.redis.hgetall(keys.workers));
     return Object.values(h).map((v) => JSON.parse(v) as WorkerBeat);
   }
 }

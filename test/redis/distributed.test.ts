@@ -1,0 +1,302 @@
+/**
+ * Distributed mode end to end (docs/scale-out.md): one private redis-server for the file, real MCP servers pointed at
+ * it, and real `subagents-mcp worker` processes, each with its own temp state home standing in for a machine, running
+ * the fake agents of test/fixtures. Every wait is bounded and waits for a condition, never for a time.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connect } from '../../src/store/redis/connection.js';
+import { keys } from '../../src/store/redis/keys.js';
+import { RedisRuns } from '../../src/store/redis/run-store.js';
+import type { ScriptedRedis } from '../../src/store/redis/scripts.js';
+import { MAIN_JS, FIXTURE_AGENTS } from '../helpers/paths.js';
+import { startRedis, type RedisInstance } from '../helpers/redis-server.js';
+import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
+import { tempStateHome, writeAgent } from '../helpers/state-home.js';
+import os from 'node:os';
+import { pidsMentioning } from '../e2e/support.js';
+
+/** Waits for `cond` (sync or async) with a bound; throws naming `what` when it never holds. */
+async function until(cond: () => boolean | Promise<boolean>, maxMs: number, what = 'the condition'): Promise<void> {
+  const end = performance.now() + maxMs;
+  while (performance.now() < end) {
+    if (await cond()) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  if (!(await cond())) throw new Error(`${what} did not hold within ${maxMs} ms`);
+}
+
+const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
+const STALL_MS = 2000;
+
+interface WorkerProc { child: ChildProcess; home: string; log: () => string; id: () => string | null }
+
+let redis: RedisInstance;
+let t: ReturnType<typeof tempStateHome>;
+const workers: WorkerProc[] = [];
+const servers: Started[] = [];
+
+function agentsFor(home: string): void {
+  const dir = path.join(home, 'agents');
+  writeAgent(dir, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
+  writeAgent(dir, 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
+  writeAgent(dir, 'nap', { backend: 'command', command: ['node', FAKE, 'sleep', '800'] });
+}
+
+async function startWorker(name: string, o: { roots?: string[]; concurrency?: number } = {}): Promise<WorkerProc> {
+  const home = path.join(t.base, `worker-${name}`);
+  fs.mkdirSync(home, { mode: 0o700 });
+  agentsFor(home);
+  let out = '';
+  const args = [MAIN_JS, 'worker', '--redis', redis.url, '--home', home, '--concurrency', String(o.concurrency ?? 2)];
+  for (const r of o.roots ?? [t.root]) args.push('--root', r);
+  const child = spawn(process.execPath, args, {
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, SUBAGENTS_STALL_INTERVAL_MS: String(STALL_MS), SUBAGENTS_KILL_GRACE_MS: '1000' },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  child.stderr!.on('data', (c: Buffer) => { out += c.toString(); });
+  const w: WorkerProc = { child, home, log: () => out, id: () => /worker (w-[\w-]+) on/.exec(out)?.[1] ?? null };
+  workers.push(w);
+  await until(() => w.id() !== null || child.exitCode !== null, 20_000);
+  if (!w.id()) throw new Error(`worker did not start: ${out}`);
+  return w;
+}
+
+async function stopWorker(w: WorkerProc, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+  if (w.child.exitCode !== null || w.child.signalCode !== null) return;
+  const exited = new Promise((r) => w.child.once('exit', r));
+  w.child.kill(signal);
+  await exited;
+}
+
+async function server(extra: Record<string, string> = {}): Promise<Started> {
+  const home = path.join(t.base, `server-${servers.length}`);
+  fs.mkdirSync(home, { mode: 0o700 });
+  const s = await startServer({ SUBAGENTS_HOME: home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_REDIS_URL: redis.url, SUBAGENTS_STALL_INTERVAL_MS: String(STALL_MS), ...extra });
+  servers.push(s);
+  return s;
+}
+
+async function waitState(s: Started, runId: string, want: (state: string) => boolean, maxMs = 30_000): Promise<Record<string, any>> {
+  const end = Date.now() + maxMs;
+  for (;;) {
+    const r = await s.call('status', { runId, waitMs: 5000 });
+    if (r.isError) throw new Error(textOf(r));
+    if (want(sc(r).state)) return sc(r);
+    if (Date.now() > end) throw new Error(`run ${runId} still ${sc(r).state}`);
+  }
+}
+
+beforeAll(async () => {
+  redis = await startRedis();
+  t = tempStateHome('sa-redis-');
+}, 30_000);
+
+afterAll(async () => {
+  for (const s of servers) await s.close();
+  for (const w of workers) await stopWorker(w, 'SIGKILL');
+  await redis?.stop();
+  t?.cleanup();
+}, 30_000);
+
+describe('capacity is exact across servers (Lua in Redis)', () => {
+  it('two servers racing for the last active-run slot: exactly one wins, every time', async () => {
+    // Two connections stand in for two servers: the script runs alone in Redis whichever connection sends it.
+    const a = new RedisRuns(connect(redis.url, { blocking: true }));
+    const b = new RedisRuns(connect(redis.url, { blocking: true }));
+    const record = (runId: string) => ({ v: 1 as const, runId, sessionId: 's-race', pool: 'race', mode: 'single' as const, cwd: '/', label: null, createdAt: new Date().toISOString(), agents: ['echo'], limits: { maxSpawns: 64, maxDepth: 3 }, claims: 1, agentSlots: 1 });
+    const status = (runId: string, state: 'starting' | 'queued') => ({ v: 1 as const, runId, state, error: null, startedAt: null, endedAt: null, updatedAt: new Date().toISOString(), runner: null, steps: [], appendsTaken: 0, survivors: [] });
+    try {
+      for (let i = 0; i < 100; i++) {
+        await (a.redis as ScriptedRedis).del(keys.active, keys.queued);
+        await a.redis.sadd(keys.active, 'r-holder1', 'r-holder2');
+        const ids = [`r-race${i}a`, `r-race${i}b`];
+        const results = await Promise.all([
+          a.claimLaunch(record(ids[0]!), status(ids[0]!, 'starting'), status(ids[0]!, 'queued'), { limit: 3, queueAllowed: false, maxQueued: 0 }),
+          b.claimLaunch(record(ids[1]!), status(ids[1]!, 'starting'), status(ids[1]!, 'queued'), { limit: 3, queueAllowed: false, maxQueued: 0 }),
+        ]);
+        expect(results.map((r) => r.outcome).sort()).toEqual(['ADMITTED', 'FULL']);
+        expect(await a.redis.scard(keys.active)).toBe(3);
+      }
+      // Agent slots: two workers racing for the last one; exactly one starts.
+      for (let i = 0; i < 50; i++) {
+        await a.redis.del(keys.active, keys.queued, keys.agents, keys.agentsTotal);
+        const ids = [`r-slot${i}a`, `r-slot${i}b`];
+        for (const id of ids) {
+          await a.claimLaunch(record(id), status(id, 'starting'), status(id, 'queued'), { limit: 0, queueAllowed: false, maxQueued: 0 });
+        }
+        const started = await Promise.all([a.startRun(ids[0]!, 0, 1, 1), b.startRun(ids[1]!, 0, 1, 1)]);
+        expect(started.sort()).toEqual([0, 1]);
+        expect(await a.redis.get(keys.agentsTotal)).toBe('1');
+      }
+    } finally {
+      await a.redis.del(keys.active, keys.queued, keys.agents, keys.agentsTotal);
+      a.redis.disconnect();
+      b.redis.disconnect();
+    }
+  }, 60_000);
+});
+
+describe('launch → worker → completed through a real MCP server', () => {
+  it('runs on a worker, status waitMs wakes on the run\'s channel, and output comes from Redis', async () => {
+    await startWorker('a');
+    const s = await server();
+    const r = await s.call('launch', { agent: 'echo', task: 'hello over redis' });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    const runId = sc(r).runId as string;
+    expect(['starting', 'queued']).toContain(sc(r).state);
+    const fin = await waitTerminal(s, runId, 60_000);
+    expect(fin.state).toBe('completed');
+    expect(fin.output.text).toBe('hello over redis');
+    expect(fin.steps[0].output.text).toBe('hello over redis');
+    expect(fin.steps[0].exitCode).toBe(0);
+    // The step's evidence names the worker's host; the run is recorded with its worker.
+    const c = connect(redis.url, { blocking: true });
+    try {
+      const stored = JSON.parse((await c.hget(keys.run(runId), 'status'))!);
+      expect(stored.steps[0].process.host).toBe(os.hostname());
+      expect(await c.hget(keys.run(runId), 'worker')).toBe(workers[0]!.id());
+    } finally {
+      c.disconnect();
+    }
+    // The session's list comes from Redis too.
+    const list = sc(await s.call('status', {}));
+    expect(list.runs.map((x: { runId: string }) => x.runId)).toContain(runId);
+  }, 90_000);
+
+  it('a status wait wakes when the run ends (published), well before its waitMs', async () => {
+    const s = servers[0]!;
+    const r = await s.call('launch', { agent: 'nap', task: 'x' });
+    const runId = sc(r).runId as string;
+    await waitState(s, runId, (st) => st === 'running');
+    const w = await s.call('status', { runId, waitMs: 40_000, until: 'terminal' });
+    expect(sc(w).state).toBe('completed');
+    expect(sc(w).changed).toBe(true);
+    expect(sc(w).waitedMs).toBeLessThan(40_000);
+  }, 90_000);
+
+  it('cancel of a running run stops its agent on the worker', async () => {
+    const s = servers[0]!;
+    const r = await s.call('launch', { agent: 'sleeper', task: 'forever' });
+    const runId = sc(r).runId as string;
+    const running = await waitState(s, runId, (st) => st === 'running');
+    await until(async () => {
+      const v = sc(await s.call('status', { runId }));
+      return v.steps[0].pid > 0;
+    }, 20_000);
+    const pid = sc(await s.call('status', { runId })).steps[0].pid as number;
+    void running;
+    const c = await s.call('cancel', { runId });
+    expect(c.isError, textOf(c)).toBeFalsy();
+    const fin = await waitTerminal(s, runId, 30_000);
+    expect(fin.state).toBe('cancelled');
+    await until(() => !fs.existsSync(`/proc/${pid}`) || /\) Z /.test(fs.readFileSync(`/proc/${pid}/stat`, 'utf8')), 10_000);
+  }, 90_000);
+
+  it('a run whose cwd is outside the worker\'s roots ends failed naming the worker and the path', async () => {
+    const s = servers[0]!;
+    const elsewhere = path.join(t.root, 'elsewhere');
+    fs.mkdirSync(elsewhere, { recursive: true });
+    const w2 = await startWorker('narrow', { roots: [path.join(t.root, 'narrow-only')] });
+    await stopWorker(workers[0]!); // only the narrow worker takes jobs now
+    const r = await s.call('launch', { agent: 'echo', task: 'x', cwd: elsewhere });
+    const fin = await waitTerminal(s, sc(r).runId, 60_000);
+    expect(fin.state).toBe('failed');
+    expect(fin.error.message).toContain(w2.id()!);
+    expect(fin.error.message).toContain(elsewhere);
+    await stopWorker(w2);
+  }, 90_000);
+});
+
+describe('queue, load sharing and faults', () => {
+  it('cancel of a queued run removes it before any worker takes it', async () => {
+    const s = await server({ SUBAGENTS_MAX_ACTIVE_RUNS: '1' });
+    // No worker is running: the first run holds the slot (starting), the second waits in the queue.
+    const first = sc(await s.call('launch', { agent: 'echo', task: 'one' }));
+    const second = sc(await s.call('launch', { agent: 'echo', task: 'two' }));
+    expect(first.state).toBe('starting');
+    expect(second.state).toBe('queued');
+    expect(second.queue).toEqual({ position: 1, length: 1 });
+    const c = sc(await s.call('cancel', { runId: second.runId }));
+    expect(c.state).toBe('cancelled');
+    const c1 = sc(await s.call('cancel', { runId: first.runId }));
+    expect(c1.state).toBe('cancelled');
+    // A worker started now finds nothing to run of them.
+    const w = await startWorker('late');
+    const again = sc(await s.call('status', { runId: second.runId }));
+    expect(again.state).toBe('cancelled');
+    await stopWorker(w);
+  }, 90_000);
+
+  it('two workers share the load', async () => {
+    const a = await startWorker('share-a', { concurrency: 2 });
+    const b = await startWorker('share-b', { concurrency: 2 });
+    const s = servers[0]!;
+    const ids: string[] = [];
+    for (let i = 0; i < 4; i++) ids.push(sc(await s.call('launch', { agent: 'sleeper', task: String(i) })).runId);
+    const c = connect(redis.url, { blocking: true });
+    try {
+      await until(async () => {
+        const owners = await Promise.all(ids.map((id) => c.hget(keys.run(id), 'worker')));
+        return owners.every(Boolean);
+      }, 30_000);
+      const owners = await Promise.all(ids.map((id) => c.hget(keys.run(id), 'worker')));
+      expect(new Set(owners)).toEqual(new Set([a.id(), b.id()]));
+    } finally {
+      c.disconnect();
+    }
+    for (const id of ids) await s.call('cancel', { runId: id });
+    for (const id of ids) expect((await waitTerminal(s, id, 30_000)).state).toBe('cancelled');
+    await stopWorker(a);
+    await stopWorker(b);
+  }, 120_000);
+
+  it('SIGKILL of a worker mid-step: RUNNER_LOST within the stall interval, its agents gone, never run twice', async () => {
+    const doomed = await startWorker('doomed', { concurrency: 1 });
+    const s = servers[0]!;
+    const runId = sc(await s.call('launch', { agent: 'sleeper', task: 'doomed' })).runId as string;
+    await waitState(s, runId, (st) => st === 'running');
+    await until(async () => sc(await s.call('status', { runId })).steps[0].pid > 0, 20_000);
+    const agentPids = pidsMentioning(doomed.home);
+    expect(agentPids.length).toBeGreaterThan(0);
+    const survivor = await startWorker('survivor', { concurrency: 1 });
+    await stopWorker(doomed, 'SIGKILL');
+    const fin = await waitTerminal(s, runId, 60_000);
+    expect(fin.state).toBe('failed');
+    expect(fin.error.code).toBe('RUNNER_LOST');
+    // The runner saw its worker die and stopped its agents.
+    await until(() => pidsMentioning(doomed.home).length === 0, 20_000);
+    // Never run twice: the surviving worker never held it.
+    const c = connect(redis.url, { blocking: true });
+    try {
+      expect(await c.hget(keys.run(runId), 'worker')).toBe(doomed.id());
+      expect(survivor.log()).not.toContain(runId);
+    } finally {
+      c.disconnect();
+    }
+    await stopWorker(survivor);
+  }, 120_000);
+
+  it('Redis down: tools answer BUSY with the reason (never the URL), and work again when it returns', async () => {
+    const s = await server({ SUBAGENTS_REDIS_URL: redis.url.replace('redis://', 'redis://agent:s3cret-pw@') });
+    await redis.stop({ keepData: true });
+    const r = await s.call('launch', { agent: 'echo', task: 'x' });
+    expect(r.isError).toBe(true);
+    expect(textOf(r)).toMatch(/^BUSY: Redis could not/);
+    expect(textOf(r)).not.toContain('s3cret-pw');
+    expect(textOf(r)).not.toContain(String(redis.port));
+    expect(s.stderr()).not.toContain('s3cret-pw');
+    await redis.restart();
+    const w = await startWorker('after');
+    let back: string | null = null;
+    await until(async () => {
+      const again = await servers[0]!.call('launch', { agent: 'echo', task: 'back' });
+      if (!again.isError) back = sc(again).runId;
+      return back !== null;
+    }, 30_000, 'a launch after Redis returned');
+    expect((await waitTerminal(servers[0]!, back!, 60_000)).state).toBe('completed');
+    await stopWorker(w);
+  }, 120_000);
+});
