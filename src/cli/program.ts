@@ -3,6 +3,7 @@ import { flagName } from '../config.js';
 import { isSubagentError } from '../errors.js';
 import { CliError, EXIT_FAILURE, EXIT_USAGE, cliSettings, operatorContext, resolveRunId } from './context.js';
 import { SETTING_ENV_NAMES } from '../serve-flags.js';
+import { distributedRuns } from '../manager/distributed/index.js';
 
 type Flags = Record<string, string | string[] | undefined>;
 
@@ -118,7 +119,12 @@ Examples:
     .action(act(async (o: { json?: boolean }, cmd: Command) => {
       const { doctorCommand } = await import('./doctor.js');
       const settings = cliSettings(settingFlags(cmd));
-      return doctorCommand(operatorContext(settings, process.env, { requireSafeHome: false }), version, o, out);
+      const ctx = { ...operatorContext(settings, process.env, { requireSafeHome: false }), distributed: distributedRuns(settings) };
+      try {
+        return await doctorCommand(ctx, version, o, out);
+      } finally {
+        await ctx.distributed?.close();
+      }
     }));
 
   withHome(program.command('runs').description("every session's runs in the state home, newest first"))

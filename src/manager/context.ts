@@ -40,7 +40,24 @@ export interface DistributedRuns {
   launch(ctx: ManagerContext, input: LaunchInput): Promise<LaunchResult>;
   status(ctx: ManagerContext, q: StatusQuery, o: { signal: AbortSignal }): Promise<StatusAnswer>;
   cancel(ctx: ManagerContext, runId: string): Promise<CancelResult>;
+  /** Bytes of a run's stored output, a step's, or its events as JSON lines, for the MCP resources; RUN_NOT_FOUND if not visible. */
+  readBytes(ctx: ManagerContext, runId: string, part: 'output' | 'events' | { step: string }, offset: number, length: number): Promise<{ buf: Buffer; size: number }>;
+  /** For doctor: Redis reachable, its version and persistence, the workers seen by heartbeat. */
+  health(): Promise<DistributedHealth>;
   close(): Promise<void>;
+}
+
+export interface DistributedHealth {
+  url: string;
+  pool: string;
+  reachable: boolean;
+  problem?: string;
+  version?: string;
+  persistence?: { aof: boolean; rdb: boolean };
+  /** Workers whose last heartbeat is recent (within three stall intervals), per pool. */
+  workers: Array<{ id: string; host: string; pool: string; concurrency: number; running: number; lastSeenMs: number }>;
+  active?: number;
+  queued?: number;
 }
 
 /** The built runner entry and the bundled agents (src/paths.ts: correct in the tsc build and in the bundle). */

@@ -161,10 +161,42 @@ describe('launch → worker → completed through a real MCP server', () => {
     } finally {
       c.disconnect();
     }
+    // The MCP resources serve the same output from Redis.
+    const res = await s.client.readResource({ uri: `subagents://runs/${runId}/output` });
+    expect((res.contents[0] as { text: string }).text).toBe('hello over redis');
+    const step = await s.client.readResource({ uri: `subagents://runs/${runId}/steps/0/output` });
+    expect((step.contents[0] as { text: string }).text).toBe('hello over redis');
+    const events = await s.client.readResource({ uri: `subagents://runs/${runId}/events` });
+    expect((events.contents[0] as { text: string }).text.split('\n').filter(Boolean).map((l) => JSON.parse(l).type)).toEqual(expect.arrayContaining(['accepted', 'started', 'ended']));
+    const whole = JSON.parse((await s.client.readResource({ uri: `subagents://runs/${runId}` })).contents[0]!.text as string);
+    expect(whole.state).toBe('completed');
     // The session's list comes from Redis too.
     const list = sc(await s.call('status', {}));
     expect(list.runs.map((x: { runId: string }) => x.runId)).toContain(runId);
   }, 90_000);
+
+  it('doctor reports Redis reachable, its version, persistence and the workers seen, never the password', async () => {
+    const home = path.join(t.base, 'doctor-home');
+    const withPassword = redis.url.replace('redis://', 'redis://someone:pw-never-shown@');
+    // Redis without ACL users accepts any AUTH username only as "default": doctor's connection must still work, so the
+    // plain URL is used for the JSON check and the password form only for what is printed.
+    const run = (url: string) => new Promise<{ code: number | null; out: string; err: string }>((resolve) => {
+      const c = spawn(process.execPath, [MAIN_JS, 'doctor', '--json', '--home', home, '--redis', url], { env: { PATH: process.env.PATH, HOME: process.env.HOME }, stdio: ['ignore', 'pipe', 'pipe'] });
+      let out = ''; let err = '';
+      c.stdout!.on('data', (d: Buffer) => { out += d; });
+      c.stderr!.on('data', (d: Buffer) => { err += d; });
+      c.on('exit', (code) => resolve({ code, out, err }));
+    });
+    const ok = await run(redis.url);
+    const report = JSON.parse(ok.out);
+    expect(report.distributed.reachable).toBe(true);
+    expect(report.distributed.version).toMatch(/^\d+\.\d+/);
+    expect(report.distributed.persistence.aof).toBe(true);
+    expect(report.distributed.workers.map((w: { id: string }) => w.id)).toContain(workers[0]!.id());
+    const hidden = await run(withPassword);
+    expect(hidden.out + hidden.err).not.toContain('pw-never-shown');
+    expect(hidden.out).toContain(`redis://127.0.0.1:${redis.port}`);
+  }, 60_000);
 
   it('a status wait wakes when the run ends (published), well before its waitMs', async () => {
     const s = servers[0]!;

@@ -15,9 +15,9 @@ import { RunNotifications } from '../../store/redis/notifications.js';
 import { RedisRuns, type DistributedRecord, type StoredRun } from '../../store/redis/run-store.js';
 import { isTerminalRun, type RunStatus, type StepSpec, type StepStatus } from '../../store/run-types.js';
 import { newStepStatus } from '../../store/step-status.js';
-import type { Settings } from '../../config.js';
+import { redactRedisUrl, type Settings } from '../../config.js';
 import type { CancelResult } from '../cancel.js';
-import type { DistributedRuns, ManagerContext } from '../context.js';
+import type { DistributedHealth, DistributedRuns, ManagerContext } from '../context.js';
 import { DEFAULT_CONCURRENCY, type ChainEntryInput, type LaunchInput, type LaunchResult } from '../launch.js';
 import { notFound } from '../listing.js';
 import type { StatusAnswer, StatusQuery, WaitInfo } from '../run-status.js';
@@ -232,6 +232,35 @@ export class DistributedExecutor implements DistributedRuns {
       stop();
     }
     return answer(run);
+  }
+
+  async readBytes(ctx: ManagerContext, runId: string, part: 'output' | 'events' | { step: string }, offset: number, length: number): Promise<{ buf: Buffer; size: number }> {
+    const run = await this.visible(ctx, runId);
+    if (part === 'events') {
+      const all = Buffer.from((await this.runs.events(runId)).map((e) => JSON.stringify(e)).join('\n') + '\n');
+      return { buf: all.subarray(offset, offset + length), size: all.length };
+    }
+    const key = part === 'output' ? 'run' : part.step;
+    if (part !== 'output' && !run.status.steps.some((s) => s.key === key || s.members?.some((m) => m.key === key))) throw notFound(runId);
+    const size = await this.runs.outputLength(runId, key);
+    const buf = offset >= size ? Buffer.alloc(0) : await this.runs.outputRange(runId, key, offset, Math.min(size, offset + length) - 1);
+    return { buf, size };
+  }
+
+  async health(): Promise<DistributedHealth> {
+    const base = { url: redactRedisUrl(this.settings.redisUrl), pool: this.settings.pool };
+    try {
+      const info = await this.runs.serverInfo();
+      const now = Date.now();
+      const recent = 3 * this.settings.stallIntervalMs;
+      const workers = (await this.runs.workers())
+        .map((w) => ({ id: w.id, host: w.host, pool: w.pool, concurrency: w.concurrency, running: w.running, lastSeenMs: Math.max(0, now - w.at) }))
+        .filter((w) => w.lastSeenMs <= recent);
+      const c = await this.runs.counts();
+      return { ...base, reachable: true, version: info.version, persistence: { aof: info.aof, rdb: info.rdbSaves }, workers, active: c.active, queued: c.queued };
+    } catch (e) {
+      return { ...base, reachable: false, problem: e instanceof SubagentError ? e.message : 'Redis could not be asked', workers: [] };
+    }
   }
 
   async close(): Promise<void> {

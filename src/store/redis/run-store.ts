@@ -136,6 +136,15 @@ export class RedisRuns {
     return Number(await this.call('read the fan-out', () => this.redis.get(keys.fanout(rootRunId))) ?? 0);
   }
 
+  /** Redis' version and persistence as INFO reports them (doctor). */
+  async serverInfo(): Promise<{ version: string; aof: boolean; rdbSaves: boolean }> {
+    const text = await this.call('read INFO', () => this.redis.info());
+    const field = (name: string) => new RegExp(`^${name}:(.*)$`, 'm').exec(text)?.[1]?.trim() ?? '';
+    // rdb_last_save_time exists either way; RDB snapshots are configured when `save` has rules (not in INFO).
+    const save = await this.call('read the persistence settings', () => this.redis.config('GET', 'save').catch(() => null)) as string[] | null;
+    return { version: field('redis_version'), aof: field('aof_enabled') === '1', rdbSaves: Boolean(save && save[1]) };
+  }
+
   async heartbeat(beat: WorkerBeat): Promise<void> {
     await this.call('record the heartbeat', () => this.redis.hset(keys.workers, beat.id, JSON.stringify(beat)));
   }
