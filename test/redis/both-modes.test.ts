@@ -1,0 +1,132 @@
+/**
+ * The same contract cases against a local server and against a server in distributed mode (a private redis-server and
+ * one worker standing in for another machine), so the two implementations cannot drift: each case runs once per mode
+ * and asserts the same answers (docs/scale-out.md: "What a run is does not change").
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { FIXTURE_AGENTS, MAIN_JS } from '../helpers/paths.js';
+import { startRedis, type RedisInstance } from '../helpers/redis-server.js';
+import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
+import { tempStateHome, writeAgent } from '../helpers/state-home.js';
+
+const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
+
+function writeAgents(home: string): void {
+  const dir = path.join(home, 'agents');
+  writeAgent(dir, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
+  writeAgent(dir, 'fails', { backend: 'command', command: ['node', FAKE, 'exit', '3'] });
+  writeAgent(dir, 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
+}
+
+let redis: RedisInstance;
+let t: ReturnType<typeof tempStateHome>;
+let worker: ChildProcess;
+const modes: Record<'local' | 'redis', Started> = {} as Record<'local' | 'redis', Started>;
+
+beforeAll(async () => {
+  redis = await startRedis();
+  t = tempStateHome('sa-modes-');
+  const workerHome = path.join(t.base, 'worker');
+  const localHome = path.join(t.base, 'local');
+  const serverHome = path.join(t.base, 'server');
+  for (const h of [workerHome, localHome, serverHome]) fs.mkdirSync(h, { mode: 0o700 });
+  writeAgents(workerHome);
+  writeAgents(localHome);
+  let log = '';
+  worker = spawn(process.execPath, [MAIN_JS, 'worker', '--redis', redis.url, '--home', workerHome, '--root', t.root, '--concurrency', '4'], {
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, SUBAGENTS_STALL_INTERVAL_MS: '2000', SUBAGENTS_KILL_GRACE_MS: '1000' }, stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  worker.stderr!.on('data', (c: Buffer) => { log += c; });
+  const end = Date.now() + 20_000;
+  while (!/worker w-/.test(log) && Date.now() < end && worker.exitCode === null) await new Promise((r) => setTimeout(r, 50));
+  if (!/worker w-/.test(log)) throw new Error(`worker did not start: ${log}`);
+  modes.local = await startServer({ SUBAGENTS_HOME: localHome, SUBAGENTS_ROOTS: t.root, SUBAGENTS_KILL_GRACE_MS: '1000' });
+  modes.redis = await startServer({ SUBAGENTS_HOME: serverHome, SUBAGENTS_ROOTS: t.root, SUBAGENTS_REDIS_URL: redis.url });
+}, 60_000);
+
+afterAll(async () => {
+  await modes.local?.close();
+  await modes.redis?.close();
+  if (worker && worker.exitCode === null) {
+    const exited = new Promise((r) => worker.once('exit', r));
+    worker.kill('SIGKILL');
+    await exited;
+  }
+  await redis?.stop();
+  t?.cleanup();
+}, 30_000);
+
+describe.each(['local', 'redis'] as const)('the contract in %s mode', (mode) => {
+  const s = () => modes[mode];
+
+  it('single: completed with the agent\'s output, exit code and pid', async () => {
+    const r = await s().call('launch', { agent: 'echo', task: 'same in both modes' });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    expect(sc(r).runId).toMatch(/^r-/);
+    expect(sc(r).fanout).toEqual({ used: 1, limit: 64, remaining: 63 });
+    expect(sc(r).next).toContain('status');
+    const fin = await waitTerminal(s(), sc(r).runId, 60_000);
+    expect(fin.state).toBe('completed');
+    expect(fin.output.text).toBe('same in both modes');
+    expect(fin.output.uri).toBe(`subagents://runs/${sc(r).runId}/output`);
+    expect(fin.steps).toHaveLength(1);
+    expect(fin.steps[0]).toMatchObject({ index: 0, agent: 'echo', state: 'completed', exitCode: 0 });
+    expect(fin.steps[0].pid).toBeGreaterThan(0);
+    expect(fin.error).toBeNull();
+  }, 90_000);
+
+  it('parallel: every member completed with its own output', async () => {
+    const r = await s().call('launch', { tasks: [{ agent: 'echo', task: 'one' }, { agent: 'echo', task: 'two' }] });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    expect(sc(r).steps.map((x: { agent: string }) => x.agent)).toEqual(['echo', 'echo']);
+    const fin = await waitTerminal(s(), sc(r).runId, 60_000);
+    expect(fin.state).toBe('completed');
+    expect(fin.steps.map((x: { output: { text: string } }) => x.output.text)).toEqual(['one', 'two']);
+  }, 90_000);
+
+  it('chain: {previous} carries the previous step\'s output', async () => {
+    const r = await s().call('launch', { chain: [{ agent: 'echo', task: 'first' }, { agent: 'echo', task: 'got: {previous}' }] });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    const fin = await waitTerminal(s(), sc(r).runId, 60_000);
+    expect(fin.state).toBe('completed');
+    expect(fin.output.text).toBe('got: first');
+    expect(fin.steps.map((x: { state: string }) => x.state)).toEqual(['completed', 'completed']);
+  }, 90_000);
+
+  it('a failing agent: failed with STEP_FAILED and its exit code', async () => {
+    const r = await s().call('launch', { agent: 'fails', task: 'x' });
+    const fin = await waitTerminal(s(), sc(r).runId, 60_000);
+    expect(fin.state).toBe('failed');
+    expect(fin.error.code).toBe('STEP_FAILED');
+    expect(fin.steps[0].exitCode).toBe(3);
+  }, 90_000);
+
+  it('cancel: the run ends cancelled and the answer says so', async () => {
+    const r = await s().call('launch', { agent: 'sleeper', task: 'x' });
+    const runId = sc(r).runId as string;
+    for (let i = 0; i < 40; i++) {
+      const v = sc(await s().call('status', { runId, waitMs: 2000 }));
+      if (v.state === 'running' && v.steps[0].pid) break;
+    }
+    const c = await s().call('cancel', { runId });
+    expect(c.isError, textOf(c)).toBeFalsy();
+    const fin = await waitTerminal(s(), runId, 30_000);
+    expect(fin.state).toBe('cancelled');
+    expect(fin.error.code).toBe('CANCELLED');
+  }, 90_000);
+
+  it('an unknown run id: RUN_NOT_FOUND', async () => {
+    const r = await s().call('status', { runId: 'r-doesnotexist000000000000' });
+    expect(r.isError).toBe(true);
+    expect(textOf(r)).toMatch(/^RUN_NOT_FOUND/);
+  });
+
+  it('the session\'s list shows its runs', async () => {
+    const v = sc(await s().call('status', {}));
+    expect(v.runs.length).toBeGreaterThanOrEqual(5);
+    expect(v.capacity.limit).toBe(8);
+  });
+});
