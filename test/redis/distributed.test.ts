@@ -45,13 +45,14 @@ function agentsFor(home: string): void {
   writeAgent(dir, 'nap', { backend: 'command', command: ['node', FAKE, 'sleep', '800'] });
 }
 
-async function startWorker(name: string, o: { roots?: string[]; concurrency?: number } = {}): Promise<WorkerProc> {
+async function startWorker(name: string, o: { roots?: string[]; concurrency?: number; args?: string[] } = {}): Promise<WorkerProc> {
   const home = path.join(t.base, `worker-${name}`);
   fs.mkdirSync(home, { mode: 0o700 });
   agentsFor(home);
   let out = '';
   const args = [MAIN_JS, 'worker', '--redis', redis.url, '--home', home, '--concurrency', String(o.concurrency ?? 2)];
   for (const r of o.roots ?? [t.root]) args.push('--root', r);
+  args.push(...(o.args ?? []));
   const child = spawn(process.execPath, args, {
     env: { PATH: process.env.PATH, HOME: process.env.HOME, SUBAGENTS_STALL_INTERVAL_MS: String(STALL_MS), SUBAGENTS_KILL_GRACE_MS: '1000' },
     stdio: ['ignore', 'ignore', 'pipe'],
@@ -329,6 +330,93 @@ describe('queue, load sharing and faults', () => {
       return back !== null;
     }, 30_000, 'a launch after Redis returned');
     expect((await waitTerminal(servers[0]!, back!, 60_000)).state).toBe('completed');
+    await stopWorker(w);
+  }, 120_000);
+});
+
+describe('draining, restarts and dead servers', () => {
+  it('SIGTERM drains: the running run finishes, the worker takes nothing new and exits', async () => {
+    const w = await startWorker('drain', { concurrency: 1, args: ['--drain-timeout', '30000'] });
+    const s = servers[0]!;
+    writeAgent(path.join(w.home, 'agents'), 'gate', { backend: 'command', command: ['node', FAKE, 'gate', path.join(t.base, 'drain-gate')] });
+    const runId = sc(await s.call('launch', { agent: 'gate', task: 'drained' })).runId as string;
+    await waitState(s, runId, (st) => st === 'running');
+    const exited = new Promise<number | null>((r) => w.child.once('exit', (code) => r(code)));
+    w.child.kill('SIGTERM');
+    await until(() => w.log().includes('draining'), 10_000, 'the worker draining');
+    const later = sc(await s.call('launch', { agent: 'echo', task: 'not for the draining worker' })).runId as string;
+    fs.writeFileSync(path.join(t.base, 'drain-gate'), '');
+    const fin = await waitTerminal(s, runId, 60_000);
+    expect(fin.state).toBe('completed');
+    expect(fin.output.text).toBe('drained');
+    expect(await exited).toBe(0);
+    expect(sc(await s.call('status', { runId: later })).state).not.toBe('running');
+    // Another worker takes it.
+    const next = await startWorker('after-drain');
+    expect((await waitTerminal(s, later, 60_000)).state).toBe('completed');
+    await stopWorker(next);
+  }, 120_000);
+
+  it('SIGTERM past the drain timeout cancels what is left, and the worker exits', async () => {
+    const w = await startWorker('drain-short', { concurrency: 1, args: ['--drain-timeout', '300'] });
+    const s = servers[0]!;
+    const runId = sc(await s.call('launch', { agent: 'sleeper', task: 'too long' })).runId as string;
+    await waitState(s, runId, (st) => st === 'running');
+    const exited = new Promise<number | null>((r) => w.child.once('exit', (code) => r(code)));
+    w.child.kill('SIGTERM');
+    const fin = await waitTerminal(s, runId, 60_000);
+    expect(fin.state).toBe('cancelled');
+    expect(await exited).toBe(0);
+    await until(() => pidsMentioning(w.home).length === 0, 20_000, 'the drained worker\'s agents gone');
+  }, 120_000);
+
+  it('Redis restarted with AOF: an acknowledged queued launch is still there and runs when a worker comes', async () => {
+    const s = servers[0]!;
+    const runId = sc(await s.call('launch', { agent: 'echo', task: 'survives a restart' })).runId as string;
+    await redis.restart();
+    let state = '';
+    await until(async () => {
+      const r = await s.call('status', { runId });
+      if (!r.isError) state = sc(r).state;
+      return !r.isError;
+    }, 30_000, 'status after the restart');
+    expect(['starting', 'queued']).toContain(state);
+    const w = await startWorker('after-restart');
+    const fin = await waitTerminal(s, runId, 60_000);
+    expect(fin.state).toBe('completed');
+    expect(fin.output.text).toBe('survives a restart');
+    await stopWorker(w);
+  }, 120_000);
+
+  it('a server SIGKILLed between acceptance and queueing: its slot is repaired by the next launch at a full pool', async () => {
+    const c = connect(redis.url, { blocking: true });
+    let orphan: string | undefined;
+    try {
+      const before = new Set(await c.smembers(keys.active));
+      expect(before.size).toBe(0); // every earlier run has ended
+      const dying = await server({ SUBAGENTS_MAX_ACTIVE_RUNS: '1', SUBAGENTS_TEST_FAULT: 'server-after-accept' });
+      await dying.call('launch', { agent: 'echo', task: 'lost' }).catch(() => null);
+      await until(async () => (await c.smembers(keys.active)).length > 0, 10_000, 'the orphan holding a slot');
+      orphan = (await c.smembers(keys.active))[0];
+      // It is repaired only once older than the next server's handshake timeout (200 ms).
+      const created = Date.parse(JSON.parse((await c.hget(keys.run(orphan!), 'record'))!).createdAt);
+      await until(() => Date.now() - created > 300, 10_000, 'the orphan older than the handshake timeout');
+    } finally {
+      c.disconnect();
+    }
+    const w = await startWorker('repair');
+    const s = await server({ SUBAGENTS_MAX_ACTIVE_RUNS: '1', SUBAGENTS_HANDSHAKE_TIMEOUT_MS: '200' });
+    const r = await s.call('launch', { agent: 'echo', task: 'after the orphan', queue: false });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    expect((await waitTerminal(s, sc(r).runId, 60_000)).state).toBe('completed');
+    const c2 = connect(redis.url, { blocking: true });
+    try {
+      const st = JSON.parse((await c2.hget(keys.run(orphan!), 'status'))!);
+      expect(st.state).toBe('failed');
+      expect(st.error.code).toBe('HANDSHAKE_FAILED');
+    } finally {
+      c2.disconnect();
+    }
     await stopWorker(w);
   }, 120_000);
 });

@@ -84,13 +84,23 @@ export class DistributedExecutor implements DistributedRuns {
     const record: DistributedRecord = {
       v: 1, runId, sessionId: ctx.sessionId, pool: settings.pool, mode: input.mode, cwd, label: input.label ?? null, createdAt,
       agents, limits: { maxSpawns: settings.maxSpawnsPerRun, maxDepth: settings.maxDepth }, claims, agentSlots: width,
+      queueDeadline: Date.now() + (input.queueTimeoutMs ?? settings.queueTimeoutMs),
     };
     const status = (state: 'starting' | 'queued'): RunStatus => ({
       v: 1, runId, state, error: null, startedAt: null, endedAt: null, updatedAt: createdAt, runner: null,
       steps: pendingSteps(entries), appendsTaken: 0, survivors: [],
     });
     const queueAllowed = input.queue !== false && settings.maxActiveRuns > 0;
-    const c = await this.runs.claimLaunch(record, status('starting'), status('queued'), { limit: settings.maxActiveRuns, queueAllowed, maxQueued: settings.maxQueued });
+    const claim = () => this.runs.claimLaunch(record, status('starting'), status('queued'), { limit: settings.maxActiveRuns, queueAllowed, maxQueued: settings.maxQueued });
+    let c = await claim();
+    // A full pool may be full of orphans (a server that died between acceptance and queueing, runs past their queue
+    // timeout): repaired here, then the launch is tried once more (docs/scale-out.md, "Failures"). A queued launch
+    // repairs in the background, so the queue's head can start.
+    if (c.outcome === 'FULL' || c.outcome === 'QUEUE_FULL') {
+      if (await this.repair().catch(() => 0)) c = await claim();
+    } else if (c.outcome === 'QUEUED') {
+      void this.repair().catch(() => 0);
+    }
     if (c.outcome === 'FANOUT') {
       throw new SubagentError('FANOUT_EXHAUSTED', `this launch would start ${claims} agents and the run tree may start ${settings.maxSpawnsPerRun} in all (SUBAGENTS_MAX_SPAWNS_PER_RUN); ${c.used} are claimed. Launch fewer agents.`);
     }
@@ -100,6 +110,8 @@ export class DistributedExecutor implements DistributedRuns {
         : `the queue holds ${c.queued} launches, its limit (SUBAGENTS_MAX_QUEUED)`;
       throw new SubagentError('CAPACITY_EXHAUSTED', `${why}. Wait with status { waitMs } and retry, or cancel one of your runs.`);
     }
+    // Test seam: the server dies between acceptance and queueing (the repair of its orphan is tested so).
+    if (ctx.env.SUBAGENTS_TEST_FAULT === 'server-after-accept') process.kill(process.pid, 'SIGKILL');
     const job: LaunchJob = {
       runId, sessionId: ctx.sessionId, input: { ...input, cwd, queue: false }, limit: settings.maxActiveRuns,
       maxAgents: settings.maxAgents, agentSlots: width,
@@ -122,6 +134,29 @@ export class DistributedExecutor implements DistributedRuns {
     };
   }
 
+  /**
+   * Ends the runs that hold a slot or a queue place for nothing: accepted but never queued (their server died in
+   * between: no job, no worker, older than the handshake timeout), and queued runs past their queue timeout. Returns
+   * how many it ended.
+   */
+  async repair(): Promise<number> {
+    let ended = 0;
+    for (const runId of await this.runs.slotHolders()) {
+      const run = await this.runs.read(runId);
+      if (!run || isTerminalRun(run.status.state) || run.worker !== null) continue;
+      const age = Date.now() - Date.parse(run.record.createdAt);
+      if (run.status.state === 'queued' && Date.now() > run.record.queueDeadline) {
+        if (await this.queue.remove(runId) === 'taken') continue;
+        ended += Number(await this.runs.endRun(endedStatus(run.status, 'failed', { code: 'QUEUE_TIMEOUT', message: 'the run waited for a slot past its queue timeout (queueTimeoutMs, SUBAGENTS_QUEUE_TIMEOUT_MS); nothing was started' })));
+        continue;
+      }
+      if (age < this.settings.handshakeTimeoutMs) continue;
+      if (await this.queue.state(runId) !== null) continue;
+      ended += Number(await this.runs.endRun(endedStatus(run.status, 'failed', { code: 'HANDSHAKE_FAILED', message: 'the server that accepted the run stopped before it was queued for a worker; nothing was started' })));
+    }
+    return ended;
+  }
+
   /** The run as this session may see it, else RUN_NOT_FOUND. */
   private async visible(ctx: ManagerContext, runId: string): Promise<StoredRun> {
     const run = await this.runs.read(runId);
@@ -134,7 +169,11 @@ export class DistributedExecutor implements DistributedRuns {
    * without the end reaching Redis. It ends failed/RUNNER_LOST (docs/scale-out.md, "Failures").
    */
   async reconcile(run: StoredRun): Promise<StoredRun> {
-    if (isTerminalRun(run.status.state) || run.status.state === 'queued') return run;
+    if (isTerminalRun(run.status.state)) return run;
+    if (run.status.state === 'queued') {
+      if (Date.now() > run.record.queueDeadline && await this.repair()) return (await this.runs.read(run.record.runId)) ?? run;
+      return run;
+    }
     const job = await this.queue.state(run.record.runId);
     const lost = job === null ? run.worker !== null : job.state === 'failed' || job.state === 'completed';
     if (!lost) return run;

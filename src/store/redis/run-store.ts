@@ -25,6 +25,8 @@ export interface DistributedRecord {
   claims: number;
   /** Agent slots the run holds while it runs: its widest step. */
   agentSlots: number;
+  /** Epoch ms after which a run still queued ends failed/QUEUE_TIMEOUT. */
+  queueDeadline: number;
 }
 
 export interface StoredRun {
@@ -130,6 +132,12 @@ export class RedisRuns {
       this.redis.scard(keys.active), this.redis.zcard(keys.queued), this.redis.get(keys.agentsTotal),
     ]));
     return { active, queued, agents: Number(agents ?? 0) };
+  }
+
+  /** Run ids holding a slot or waiting for one (the repair of orphans looks at these). */
+  async slotHolders(): Promise<string[]> {
+    const [active, queued] = await this.call('read the capacity', async () => Promise.all([this.redis.smembers(keys.active), this.redis.zrange(keys.queued, '0', '-1')]));
+    return [...active, ...queued];
   }
 
   async fanoutUsed(rootRunId: string): Promise<number> {
