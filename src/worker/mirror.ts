@@ -10,6 +10,8 @@ import { isTerminalRun, type RunStatus, type StepStatus } from '../store/run-typ
 import { DirWatch } from '../wait.js';
 
 export interface MirrorTarget {
+  /** Called when Redis already holds an end this worker did not write (RUNNER_LOST after a long outage, a cancel). */
+  onEndedElsewhere: () => void;
   runs: RedisRuns;
   local: ManagerContext;
   runId: string;
@@ -91,7 +93,11 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
         const text = JSON.stringify(mirrored);
         if (text !== last) {
           last = text;
-          await t.runs.putStatus(mirrored, fields);
+          if (!(await t.runs.putStatus(mirrored, fields))) {
+            // The run was ended from outside (its job declared stalled while Redis was away): nobody reads this run
+            // any more, so its agents must not go on (never run twice, never run unseen).
+            t.onEndedElsewhere();
+          }
         }
       }
       } catch {

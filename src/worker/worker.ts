@@ -86,7 +86,10 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
       h.local = started.runId;
       await runs.event(job.runId, { type: 'started', worker: id, host }).catch(() => {});
       if (h.cancelled) cancelLocal(job.runId);
-      const end = await mirrorRun({ runs, local, runId: job.runId, localRunId: started.runId, worker: me, capBytes });
+      const end = await mirrorRun({
+        runs, local, runId: job.runId, localRunId: started.runId, worker: me, capBytes,
+        onEndedElsewhere: () => { if (!h.cancelled) cancelLocal(job.runId); },
+      });
       return end.state;
     } finally {
       held.delete(job.runId);

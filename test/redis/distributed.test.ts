@@ -45,7 +45,7 @@ function agentsFor(home: string): void {
   writeAgent(dir, 'nap', { backend: 'command', command: ['node', FAKE, 'sleep', '800'] });
 }
 
-async function startWorker(name: string, o: { roots?: string[]; concurrency?: number; args?: string[] } = {}): Promise<WorkerProc> {
+async function startWorker(name: string, o: { roots?: string[]; concurrency?: number; args?: string[]; env?: Record<string, string> } = {}): Promise<WorkerProc> {
   const home = path.join(t.base, `worker-${name}`);
   fs.mkdirSync(home, { mode: 0o700 });
   agentsFor(home);
@@ -54,7 +54,7 @@ async function startWorker(name: string, o: { roots?: string[]; concurrency?: nu
   for (const r of o.roots ?? [t.root]) args.push('--root', r);
   args.push(...(o.args ?? []));
   const child = spawn(process.execPath, args, {
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, SUBAGENTS_STALL_INTERVAL_MS: String(STALL_MS), SUBAGENTS_KILL_GRACE_MS: '1000' },
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, SUBAGENTS_STALL_INTERVAL_MS: String(STALL_MS), SUBAGENTS_KILL_GRACE_MS: '1000', ...o.env },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   child.stderr!.on('data', (c: Buffer) => { out += c.toString(); });
@@ -78,6 +78,11 @@ async function server(extra: Record<string, string> = {}): Promise<Started> {
   const s = await startServer({ SUBAGENTS_HOME: home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_REDIS_URL: redis.url, SUBAGENTS_STALL_INTERVAL_MS: String(STALL_MS), ...extra });
   servers.push(s);
   return s;
+}
+
+/** The first server (default limits), started by whichever test needs it first. */
+async function mainServer(): Promise<Started> {
+  return servers[0] ?? server();
 }
 
 async function waitState(s: Started, runId: string, want: (state: string) => boolean, maxMs = 30_000): Promise<Record<string, any>> {
@@ -200,7 +205,7 @@ describe('launch → worker → completed through a real MCP server', () => {
   }, 60_000);
 
   it('a status wait wakes when the run ends (published), well before its waitMs', async () => {
-    const s = servers[0]!;
+    const s = await mainServer();
     const r = await s.call('launch', { agent: 'nap', task: 'x' });
     const runId = sc(r).runId as string;
     await waitState(s, runId, (st) => st === 'running');
@@ -211,7 +216,7 @@ describe('launch → worker → completed through a real MCP server', () => {
   }, 90_000);
 
   it('cancel of a running run stops its agent on the worker', async () => {
-    const s = servers[0]!;
+    const s = await mainServer();
     const r = await s.call('launch', { agent: 'sleeper', task: 'forever' });
     const runId = sc(r).runId as string;
     const running = await waitState(s, runId, (st) => st === 'running');
@@ -229,7 +234,7 @@ describe('launch → worker → completed through a real MCP server', () => {
   }, 90_000);
 
   it('a run whose cwd is outside the worker\'s roots ends failed naming the worker and the path', async () => {
-    const s = servers[0]!;
+    const s = await mainServer();
     const elsewhere = path.join(t.root, 'elsewhere');
     fs.mkdirSync(elsewhere, { recursive: true });
     const w2 = await startWorker('narrow', { roots: [path.join(t.root, 'narrow-only')] });
@@ -266,7 +271,7 @@ describe('queue, load sharing and faults', () => {
   it('two workers share the load', async () => {
     const a = await startWorker('share-a', { concurrency: 2 });
     const b = await startWorker('share-b', { concurrency: 2 });
-    const s = servers[0]!;
+    const s = await mainServer();
     const ids: string[] = [];
     for (let i = 0; i < 4; i++) ids.push(sc(await s.call('launch', { agent: 'sleeper', task: String(i) })).runId);
     const c = connect(redis.url, { blocking: true });
@@ -288,7 +293,7 @@ describe('queue, load sharing and faults', () => {
 
   it('SIGKILL of a worker mid-step: RUNNER_LOST within the stall interval, its agents gone, never run twice', async () => {
     const doomed = await startWorker('doomed', { concurrency: 1 });
-    const s = servers[0]!;
+    const s = await mainServer();
     const runId = sc(await s.call('launch', { agent: 'sleeper', task: 'doomed' })).runId as string;
     await waitState(s, runId, (st) => st === 'running');
     await until(async () => sc(await s.call('status', { runId })).steps[0].pid > 0, 20_000);
@@ -325,11 +330,11 @@ describe('queue, load sharing and faults', () => {
     const w = await startWorker('after');
     let back: string | null = null;
     await until(async () => {
-      const again = await servers[0]!.call('launch', { agent: 'echo', task: 'back' });
+      const again = await (await mainServer()).call('launch', { agent: 'echo', task: 'back' });
       if (!again.isError) back = sc(again).runId;
       return back !== null;
     }, 30_000, 'a launch after Redis returned');
-    expect((await waitTerminal(servers[0]!, back!, 60_000)).state).toBe('completed');
+    expect((await waitTerminal(await mainServer(), back!, 60_000)).state).toBe('completed');
     await stopWorker(w);
   }, 120_000);
 });
@@ -337,7 +342,7 @@ describe('queue, load sharing and faults', () => {
 describe('draining, restarts and dead servers', () => {
   it('SIGTERM drains: the running run finishes, the worker takes nothing new and exits', async () => {
     const w = await startWorker('drain', { concurrency: 1, args: ['--drain-timeout', '30000'] });
-    const s = servers[0]!;
+    const s = await mainServer();
     writeAgent(path.join(w.home, 'agents'), 'gate', { backend: 'command', command: ['node', FAKE, 'gate', path.join(t.base, 'drain-gate')] });
     const runId = sc(await s.call('launch', { agent: 'gate', task: 'drained' })).runId as string;
     await waitState(s, runId, (st) => st === 'running');
@@ -359,7 +364,7 @@ describe('draining, restarts and dead servers', () => {
 
   it('SIGTERM past the drain timeout cancels what is left, and the worker exits', async () => {
     const w = await startWorker('drain-short', { concurrency: 1, args: ['--drain-timeout', '300'] });
-    const s = servers[0]!;
+    const s = await mainServer();
     const runId = sc(await s.call('launch', { agent: 'sleeper', task: 'too long' })).runId as string;
     await waitState(s, runId, (st) => st === 'running');
     const exited = new Promise<number | null>((r) => w.child.once('exit', (code) => r(code)));
@@ -370,8 +375,32 @@ describe('draining, restarts and dead servers', () => {
     await until(() => pidsMentioning(w.home).length === 0, 20_000, 'the drained worker\'s agents gone');
   }, 120_000);
 
+  it('Redis stopped while a run is in flight: the run goes on on its worker and reports its end when Redis returns', async () => {
+    // A stall interval longer than the outage: an outage shorter than it is not a dead worker.
+    const w = await startWorker('outage', { concurrency: 1, env: { SUBAGENTS_STALL_INTERVAL_MS: '30000' } });
+    const s = await mainServer();
+    const gate = path.join(t.base, 'outage-gate');
+    writeAgent(path.join(w.home, 'agents'), 'gated', { backend: 'command', command: ['node', FAKE, 'gate', gate] });
+    const runId = sc(await s.call('launch', { agent: 'gated', task: 'through the outage' })).runId as string;
+    await waitState(s, runId, (st) => st === 'running');
+    await redis.stop({ keepData: true });
+    const during = await s.call('status', { runId });
+    expect(textOf(during)).toMatch(/^BUSY: Redis could not/);
+    fs.writeFileSync(gate, '');
+    // The run ends on the worker's machine while Redis is away.
+    const localEnded = () => fs.readdirSync(path.join(w.home, 'runs')).filter((n) => n.startsWith('r-')).some((n) => {
+      try { return JSON.parse(fs.readFileSync(path.join(w.home, 'runs', n, 'status.json'), 'utf8')).state === 'completed'; } catch { return false; }
+    });
+    await until(localEnded, 30_000, 'the run ending on its worker');
+    await redis.restart();
+    const fin = await waitTerminal(s, runId, 60_000);
+    expect(fin.state).toBe('completed');
+    expect(fin.output.text).toBe('through the outage');
+    await stopWorker(w);
+  }, 120_000);
+
   it('Redis restarted with AOF: an acknowledged queued launch is still there and runs when a worker comes', async () => {
-    const s = servers[0]!;
+    const s = await mainServer();
     const runId = sc(await s.call('launch', { agent: 'echo', task: 'survives a restart' })).runId as string;
     await redis.restart();
     let state = '';
