@@ -7,6 +7,8 @@ import type { NestingContext } from './nesting.js';
 import type { LaunchInput, LaunchResult } from './launch.js';
 import type { StatusAnswer, StatusQuery } from './run-status.js';
 import type { CancelResult } from './cancel.js';
+import type { DismissResult } from './dismiss.js';
+import type { RestoreResult } from './sessions.js';
 
 /** Everything a use-case needs: settings, the state home, who we are. Built once per server process. */
 export interface ManagerContext {
@@ -40,6 +42,9 @@ export interface DistributedRuns {
   launch(ctx: ManagerContext, input: LaunchInput): Promise<LaunchResult>;
   status(ctx: ManagerContext, q: StatusQuery, o: { signal: AbortSignal }): Promise<StatusAnswer>;
   cancel(ctx: ManagerContext, runId: string): Promise<CancelResult>;
+  dismiss(ctx: ManagerContext, runId: string, cancel: boolean): Promise<DismissResult>;
+  /** Adopts the runs of the named sessions and their ancestors; the lineage is kept in Redis. */
+  restore(ctx: ManagerContext, lineage: string[]): Promise<RestoreResult>;
   /** Bytes of a run's stored output, a step's, or its events as JSON lines, for the MCP resources; RUN_NOT_FOUND if not visible. */
   readBytes(ctx: ManagerContext, runId: string, part: 'output' | 'events' | { step: string }, offset: number, length: number): Promise<{ buf: Buffer; size: number }>;
   /** For doctor: Redis reachable, its version and persistence, the workers seen by heartbeat. */

@@ -25,6 +25,8 @@ let redis: RedisInstance;
 let t: ReturnType<typeof tempStateHome>;
 let worker: ChildProcess;
 const modes: Record<'local' | 'redis', Started> = {} as Record<'local' | 'redis', Started>;
+const homes: Record<'local' | 'redis', string> = {} as Record<'local' | 'redis', string>;
+const extra: Started[] = [];
 
 beforeAll(async () => {
   redis = await startRedis();
@@ -43,6 +45,8 @@ beforeAll(async () => {
   const end = Date.now() + 20_000;
   while (!/worker w-/.test(log) && Date.now() < end && worker.exitCode === null) await new Promise((r) => setTimeout(r, 50));
   if (!/worker w-/.test(log)) throw new Error(`worker did not start: ${log}`);
+  homes.local = localHome;
+  homes.redis = serverHome;
   modes.local = await startServer({ SUBAGENTS_HOME: localHome, SUBAGENTS_ROOTS: t.root, SUBAGENTS_KILL_GRACE_MS: '1000' });
   modes.redis = await startServer({ SUBAGENTS_HOME: serverHome, SUBAGENTS_ROOTS: t.root, SUBAGENTS_REDIS_URL: redis.url });
 }, 60_000);
@@ -50,6 +54,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await modes.local?.close();
   await modes.redis?.close();
+  for (const e of extra) await e.close();
   if (worker && worker.exitCode === null) {
     const exited = new Promise((r) => worker.once('exit', r));
     worker.kill('SIGKILL');
@@ -123,6 +128,44 @@ describe.each(['local', 'redis'] as const)('the contract in %s mode', (mode) => 
     expect(r.isError).toBe(true);
     expect(textOf(r)).toMatch(/^RUN_NOT_FOUND/);
   });
+
+  it('dismiss hides an ended run from the list; all: true shows it, and an active run needs cancel: true', async () => {
+    const r = await s().call('launch', { agent: 'echo', task: 'to dismiss' });
+    const runId = sc(r).runId as string;
+    await waitTerminal(s(), runId, 60_000);
+    const d = await s().call('dismiss', { runId });
+    expect(d.isError, textOf(d)).toBeFalsy();
+    expect(sc(d)).toMatchObject({ runId, state: 'completed', dismissed: true, cancelled: false });
+    expect(sc(await s().call('status', {})).runs.map((x: { runId: string }) => x.runId)).not.toContain(runId);
+    const all = sc(await s().call('status', { all: true })).runs.find((x: { runId: string }) => x.runId === runId);
+    expect(all.dismissed).toBe(true);
+    const active = sc(await s().call('launch', { agent: 'sleeper', task: 'x' })).runId as string;
+    const refused = await s().call('dismiss', { runId: active });
+    expect(textOf(refused)).toMatch(/^RUN_ACTIVE/);
+    const ok = await s().call('dismiss', { runId: active, cancel: true });
+    expect(ok.isError, textOf(ok)).toBeFalsy();
+    expect(sc(ok)).toMatchObject({ state: 'cancelled', dismissed: true, cancelled: true });
+  }, 90_000);
+
+  it('restore: a new session of the same conversation adopts the earlier session\'s runs', async () => {
+    const first = sc(await s().call('status', {}));
+    const earlier = first.sessionId as string;
+    const env: Record<string, string> = { SUBAGENTS_HOME: homes[mode], SUBAGENTS_ROOTS: t.root };
+    if (mode === 'redis') env.SUBAGENTS_REDIS_URL = redis.url;
+    const next = await startServer(env);
+    extra.push(next);
+    const before = sc(await next.call('status', {}));
+    expect(before.runs).toEqual([]);
+    const r = await next.call('restore', { lineage: [earlier, 'never-seen-session-id-0000'] });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    expect(sc(r).adopted).toBeGreaterThanOrEqual(1);
+    expect(sc(r).unknown).toEqual(['never-seen-session-id-0000']);
+    expect(sc(r).lineage).toContain(earlier);
+    const runId = first.runs[0].runId as string;
+    const seen = await next.call('status', { runId });
+    expect(seen.isError, textOf(seen)).toBeFalsy();
+    expect(sc(seen).adopted).toBe(true);
+  }, 90_000);
 
   it('the session\'s list shows its runs', async () => {
     const v = sc(await s().call('status', {}));

@@ -17,6 +17,8 @@ import { isTerminalRun, type RunStatus, type StepSpec, type StepStatus } from '.
 import { newStepStatus } from '../../store/step-status.js';
 import { redactRedisUrl, type Settings } from '../../config.js';
 import type { CancelResult } from '../cancel.js';
+import type { DismissResult } from '../dismiss.js';
+import type { RestoreResult } from '../sessions.js';
 import type { DistributedHealth, DistributedRuns, ManagerContext } from '../context.js';
 import { DEFAULT_CONCURRENCY, type ChainEntryInput, type LaunchInput, type LaunchResult } from '../launch.js';
 import { notFound } from '../listing.js';
@@ -157,11 +159,62 @@ export class DistributedExecutor implements DistributedRuns {
     return ended;
   }
 
-  /** The run as this session may see it, else RUN_NOT_FOUND. */
+  /** The run as this session may see it (its own, or adopted through restore), else RUN_NOT_FOUND. */
   private async visible(ctx: ManagerContext, runId: string): Promise<StoredRun> {
     const run = await this.runs.read(runId);
-    if (!run || !ctx.visibleSessions().has(run.record.sessionId)) throw notFound(runId);
+    if (!run) throw notFound(runId);
+    const owner = run.record.sessionId;
+    if (!ctx.visibleSessions().has(owner) && !(await this.runs.lineage(ctx.sessionId)).has(owner)) throw notFound(runId);
     return run;
+  }
+
+  async dismiss(ctx: ManagerContext, runId: string, cancel: boolean): Promise<DismissResult> {
+    let run = await this.visible(ctx, runId);
+    let cancelled = false;
+    if (!isTerminalRun(run.status.state)) {
+      if (!cancel) throw new SubagentError('RUN_ACTIVE', `run ${runId} is ${run.status.state}; dismiss it with cancel: true to cancel it first, or wait for it to end.`);
+      const c = await this.cancel(ctx, runId);
+      cancelled = true;
+      if (!isTerminalRun(c.state as RunStatus['state'])) throw new SubagentError('RUN_ACTIVE', `run ${runId} could not be stopped yet; it stays listed until it ends.`);
+      run = (await this.runs.read(runId)) ?? run;
+    }
+    await this.runs.markDismissed(runId, ctx.sessionId);
+    return { runId, state: run.status.state, dismissed: true, cancelled };
+  }
+
+  async restore(ctx: ManagerContext, lineage: string[]): Promise<RestoreResult> {
+    const known: string[] = [];
+    const unknown: string[] = [];
+    for (const id of new Set(lineage)) {
+      if (id === ctx.sessionId) continue;
+      if (await this.runs.sessionKnown(id)) known.push(id);
+      else unknown.push(id);
+    }
+    const before = await this.runs.lineage(ctx.sessionId);
+    await this.runs.addAncestors(ctx.sessionId, known);
+    const after = await this.runs.lineage(ctx.sessionId);
+    const runs = (await this.summaries([...after].filter((id) => id !== ctx.sessionId), ctx.sessionId, false));
+    const adopted = runs.filter((r) => !before.has(r.sessionId)).length;
+    return { sessionId: ctx.sessionId, lineage: [...after], adopted, unknown, runs };
+  }
+
+  /** Summaries of the runs of `sessions`, newest first (dismissed ones only with `all`). */
+  private async summaries(sessions: string[], me: string, all: boolean): Promise<RunSummary[]> {
+    const runs: Array<RunSummary> = [];
+    for (const sid of sessions) {
+      for (const id of await this.runs.sessionRuns(sid, 200)) {
+        const r = await this.runs.read(id);
+        if (!r || (r.dismissed && !all)) continue;
+        const place = r.status.state === 'queued' ? await this.runs.queuePlace(id) : null;
+        runs.push({
+          runId: id, sessionId: r.record.sessionId, state: r.status.state, mode: r.record.mode, label: r.record.label,
+          agents: r.record.agents, createdAt: r.record.createdAt, endedAt: r.status.endedAt,
+          error: r.status.error ? { code: r.status.error.code, message: r.status.error.message } : null,
+          adopted: r.record.sessionId !== me, dismissed: r.dismissed, ...(place ? { queue: place } : {}),
+        });
+      }
+    }
+    return runs.sort((a, b) => (a.createdAt < b.createdAt ? 1 : a.createdAt > b.createdAt ? -1 : 0)).slice(0, 200);
   }
 
   /**
@@ -225,20 +278,7 @@ export class DistributedExecutor implements DistributedRuns {
   }
 
   private async list(ctx: ManagerContext, q: StatusQuery): Promise<StatusAnswer> {
-    const ids = await this.runs.sessionRuns(ctx.sessionId, 200);
-    const runs: RunSummary[] = [];
-    for (const id of ids) {
-      const r = await this.runs.read(id);
-      if (!r) continue;
-      const place = r.status.state === 'queued' ? await this.runs.queuePlace(id) : null;
-      runs.push({
-        runId: id, sessionId: r.record.sessionId, state: r.status.state, mode: r.record.mode, label: r.record.label,
-        agents: r.record.agents, createdAt: r.record.createdAt, endedAt: r.status.endedAt,
-        error: r.status.error ? { code: r.status.error.code, message: r.status.error.message } : null,
-        adopted: false, dismissed: false, ...(place ? { queue: place } : {}),
-      });
-    }
-    void q;
+    const runs = await this.summaries([...(await this.runs.lineage(ctx.sessionId))], ctx.sessionId, q.all === true);
     const c = await this.runs.counts();
     return { kind: 'list', sessionId: ctx.sessionId, runs, capacity: { active: c.active, limit: ctx.settings.maxActiveRuns, queued: c.queued } };
   }

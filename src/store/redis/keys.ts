@@ -25,6 +25,8 @@ export const keys = {
   output: (runId: string, stepKey: string) => `${PREFIX}run:${runId}:out:${stepKey}`,
   /** ZSET of a session's run ids, scored by creation time. */
   sessionRuns: (sessionId: string) => `${PREFIX}session:${sessionId}:runs`,
+  /** SET of a session's direct ancestors (restore): links are added, never removed. */
+  sessionAncestors: (sessionId: string) => `${PREFIX}session:${sessionId}:ancestors`,
   /** HASH worker id → heartbeat JSON (host, pool, concurrency, running, at). */
   workers: `${PREFIX}workers`,
 };

@@ -35,6 +35,7 @@ export interface StoredRun {
   /** The worker that took it (its id and host), once one did. */
   worker: string | null;
   host: string | null;
+  dismissed: boolean;
 }
 
 export interface WorkerBeat { id: string; host: string; pid: number; pool: string; concurrency: number; running: number; at: number }
@@ -87,7 +88,7 @@ export class RedisRuns {
   async read(runId: string): Promise<StoredRun | null> {
     const h = await this.call('read the run', () => this.redis.hgetall(keys.run(runId)));
     if (!h.record || !h.status) return null;
-    return { record: JSON.parse(h.record) as DistributedRecord, status: JSON.parse(h.status) as RunStatus, worker: h.worker ?? null, host: h.host ?? null };
+    return { record: JSON.parse(h.record) as DistributedRecord, status: JSON.parse(h.status) as RunStatus, worker: h.worker ?? null, host: h.host ?? null, dismissed: h.dismissed !== undefined };
   }
 
   async readState(runId: string): Promise<string | null> {
@@ -119,6 +120,36 @@ export class RedisRuns {
   /** A session's run ids, newest first. */
   async sessionRuns(sessionId: string, max = 1000): Promise<string[]> {
     return this.call('list the session\'s runs', () => this.redis.zrevrange(keys.sessionRuns(sessionId), 0, max - 1));
+  }
+
+  /** Hides the run from listings (it stays readable by id); who asked is kept with it. */
+  async markDismissed(runId: string, by: string): Promise<void> {
+    await this.call('record the dismissal', () => this.redis.hsetnx(keys.run(runId), 'dismissed', by));
+  }
+
+  /** Whether a session has ever had a run (restore's "known" test). */
+  async sessionKnown(sessionId: string): Promise<boolean> {
+    return (await this.call('read the session', () => this.redis.exists(keys.sessionRuns(sessionId)))) === 1;
+  }
+
+  async addAncestors(sessionId: string, ids: string[]): Promise<void> {
+    if (ids.length) await this.call('record the lineage', () => this.redis.sadd(keys.sessionAncestors(sessionId), ...ids));
+  }
+
+  /** The session and every ancestor reachable through restore links. */
+  async lineage(sessionId: string): Promise<Set<string>> {
+    const seen = new Set([sessionId]);
+    let frontier = [sessionId];
+    while (frontier.length && seen.size < 1000) {
+      const next: string[] = [];
+      for (const id of frontier) {
+        for (const a of await this.call('read the lineage', () => this.redis.smembers(keys.sessionAncestors(id)))) {
+          if (!seen.has(a)) { seen.add(a); next.push(a); }
+        }
+      }
+      frontier = next;
+    }
+    return seen;
   }
 
   /** A queued run's 1-based place and the queue's length; null when it is not queued. */
