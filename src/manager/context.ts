@@ -4,7 +4,8 @@ import { fileStatePorts, type StatePorts } from '../lifecycle/state-ports.js';
 import type { Layout } from '../store/layout.js';
 import type { CapacityLedger, RunStore, SessionRegistry } from '../store/ports.js';
 import type { NestingContext } from './nesting.js';
-import type { LaunchInput, LaunchResult } from './launch.js';
+import type { ChainEntryInput, LaunchInput, LaunchResult } from './launch.js';
+import type { AppendResult } from './append.js';
 import type { StatusAnswer, StatusQuery } from './run-status.js';
 import type { CancelResult } from './cancel.js';
 import type { DismissResult } from './dismiss.js';
@@ -43,6 +44,7 @@ export interface DistributedRuns {
   status(ctx: ManagerContext, q: StatusQuery, o: { signal: AbortSignal }): Promise<StatusAnswer>;
   cancel(ctx: ManagerContext, runId: string): Promise<CancelResult>;
   dismiss(ctx: ManagerContext, runId: string, cancel: boolean): Promise<DismissResult>;
+  append(ctx: ManagerContext, runId: string, entry: ChainEntryInput): Promise<AppendResult>;
   /** Adopts the runs of the named sessions and their ancestors; the lineage is kept in Redis. */
   restore(ctx: ManagerContext, lineage: string[]): Promise<RestoreResult>;
   /** Bytes of a run's stored output, a step's, or its events as JSON lines, for the MCP resources; RUN_NOT_FOUND if not visible. */

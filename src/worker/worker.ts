@@ -12,7 +12,8 @@ import { DelayedError, Worker, type Job } from 'bullmq';
 import { redactRedisUrl, type Settings } from '../config.js';
 import { isSubagentError } from '../errors.js';
 import { cancelRun } from '../manager/cancel.js';
-import { launch, type LaunchInput } from '../manager/launch.js';
+import { launch, type ChainEntryInput, type LaunchInput } from '../manager/launch.js';
+import { appendStep } from '../manager/append.js';
 import { connect } from '../store/redis/connection.js';
 import type { LaunchJob } from '../store/redis/job.js';
 import { channels, queueName } from '../store/redis/keys.js';
@@ -57,8 +58,29 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
     h.cancelled = true;
     if (h.local) void cancelRun(local, h.local).catch((e) => log(`cancel of ${runId} failed: ${(e as Error).message}`));
   };
-  sub.on('message', (_channel: string, runId: string) => cancelLocal(runId));
-  await sub.subscribe(channels.cancel(settings.pool));
+  // An append for a run this worker holds: its local runner takes it; the answer goes back on the request's channel.
+  const appendLocal = async (text: string) => {
+    let req: { runId: string; requestId: string; entry: ChainEntryInput };
+    try { req = JSON.parse(text) as typeof req; } catch { return; }
+    const h = held.get(req.runId);
+    if (!h) return; // another worker's run
+    let reply: unknown;
+    if (!h.local) reply = { ok: false, code: 'BUSY', message: `run ${req.runId} is still starting on worker ${host}; retry in a moment.` };
+    else {
+      try {
+        reply = { ok: true, result: await appendStep(local, h.local, req.entry) };
+      } catch (e) {
+        reply = isSubagentError(e) ? { ok: false, code: e.code, message: e.message.split(h.local).join(req.runId) } : { ok: false, code: 'INTERNAL', message: 'the worker could not record the append' };
+      }
+    }
+    await runs.redis.publish(channels.reply(req.requestId), JSON.stringify(reply)).catch(() => {});
+  };
+  const cancelChannel = channels.cancel(settings.pool);
+  sub.on('message', (channel: string, message: string) => {
+    if (channel === cancelChannel) cancelLocal(message);
+    else void appendLocal(message);
+  });
+  await sub.subscribe(cancelChannel, channels.append(settings.pool));
 
   const fail = async (runId: string, message: string) => {
     const run = await runs.read(runId);

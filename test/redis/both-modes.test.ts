@@ -14,8 +14,9 @@ import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 
 const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
 
-function writeAgents(home: string): void {
+function writeAgents(home: string, gate: string): void {
   const dir = path.join(home, 'agents');
+  writeAgent(dir, 'gated', { backend: 'command', command: ['node', FAKE, 'gate', gate] });
   writeAgent(dir, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
   writeAgent(dir, 'fails', { backend: 'command', command: ['node', FAKE, 'exit', '3'] });
   writeAgent(dir, 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
@@ -35,8 +36,8 @@ beforeAll(async () => {
   const localHome = path.join(t.base, 'local');
   const serverHome = path.join(t.base, 'server');
   for (const h of [workerHome, localHome, serverHome]) fs.mkdirSync(h, { mode: 0o700 });
-  writeAgents(workerHome);
-  writeAgents(localHome);
+  writeAgents(workerHome, path.join(t.base, 'gate-redis'));
+  writeAgents(localHome, path.join(t.base, 'gate-local'));
   let log = '';
   worker = spawn(process.execPath, [MAIN_JS, 'worker', '--redis', redis.url, '--home', workerHome, '--root', t.root, '--concurrency', '4'], {
     env: { PATH: process.env.PATH, HOME: process.env.HOME, SUBAGENTS_STALL_INTERVAL_MS: '2000', SUBAGENTS_KILL_GRACE_MS: '1000' }, stdio: ['ignore', 'ignore', 'pipe'],
@@ -99,6 +100,26 @@ describe.each(['local', 'redis'] as const)('the contract in %s mode', (mode) => 
     expect(fin.state).toBe('completed');
     expect(fin.output.text).toBe('got: first');
     expect(fin.steps.map((x: { state: string }) => x.state)).toEqual(['completed', 'completed']);
+  }, 90_000);
+
+  it('append: a step appended to a running chain runs after it, and its output is the chain\'s', async () => {
+    const r = await s().call('launch', { chain: [{ agent: 'gated', task: 'first' }] });
+    const runId = sc(r).runId as string;
+    for (let i = 0; i < 40; i++) {
+      const v = sc(await s().call('status', { runId, waitMs: 2000 }));
+      if (v.state === 'running' && v.steps[0].state === 'running') break;
+    }
+    const a = await s().call('append', { runId, step: { agent: 'echo', task: 'after: {previous}' } });
+    expect(a.isError, textOf(a)).toBeFalsy();
+    expect(sc(a)).toMatchObject({ runId, stepIndex: 1, pendingAppends: 1 });
+    fs.writeFileSync(path.join(t.base, `gate-${mode}`), '');
+    const fin = await waitTerminal(s(), runId, 60_000);
+    expect(fin.state).toBe('completed');
+    expect(fin.output.text).toBe('after: first');
+    const notChain = await s().call('append', { runId: sc(await s().call('launch', { agent: 'echo', task: 'x' })).runId, step: { agent: 'echo', task: 'y' } });
+    expect(textOf(notChain)).toMatch(/^NOT_A_CHAIN/);
+    const ended = await s().call('append', { runId, step: { agent: 'echo', task: 'too late' } });
+    expect(textOf(ended)).toMatch(/^RUN_NOT_ACTIVE/);
   }, 90_000);
 
   it('a failing agent: failed with STEP_FAILED and its exit code', async () => {

@@ -5,7 +5,8 @@
  * and waits on the run's channel; `cancel` removes a job no worker holds, else asks the holding worker.
  */
 import path from 'node:path';
-import { SubagentError } from '../../errors.js';
+import { randomBytes } from 'node:crypto';
+import { SubagentError, type ErrorCode } from '../../errors.js';
 import { newRunId } from '../../ids.js';
 import { connect } from '../../store/redis/connection.js';
 import { channels } from '../../store/redis/keys.js';
@@ -17,6 +18,7 @@ import { isTerminalRun, type RunStatus, type StepSpec, type StepStatus } from '.
 import { newStepStatus } from '../../store/step-status.js';
 import { redactRedisUrl, type Settings } from '../../config.js';
 import type { CancelResult } from '../cancel.js';
+import type { AppendResult } from '../append.js';
 import type { DismissResult } from '../dismiss.js';
 import type { RestoreResult } from '../sessions.js';
 import type { DistributedHealth, DistributedRuns, ManagerContext } from '../context.js';
@@ -166,6 +168,31 @@ export class DistributedExecutor implements DistributedRuns {
     const owner = run.record.sessionId;
     if (!ctx.visibleSessions().has(owner) && !(await this.runs.lineage(ctx.sessionId)).has(owner)) throw notFound(runId);
     return run;
+  }
+
+  /**
+   * An appended chain step goes to the worker that holds the run (its runner takes it as in local mode, under the run's
+   * lock there); the worker's answer is the answer. A chain no worker has started yet cannot take one: BUSY, retry.
+   */
+  async append(ctx: ManagerContext, runId: string, entry: ChainEntryInput): Promise<AppendResult> {
+    const run = await this.visible(ctx, runId);
+    if (run.record.mode !== 'chain') throw new SubagentError('NOT_A_CHAIN', `run ${runId} is a ${run.record.mode} run; only chains take appended steps. Launch a new run instead.`);
+    if (isTerminalRun(run.status.state)) throw new SubagentError('RUN_NOT_ACTIVE', `run ${runId} is ${run.status.state}; a chain takes appended steps only while it runs. Launch a new run with this step instead.`);
+    if (run.worker === null) throw new SubagentError('BUSY', `run ${runId} is ${run.status.state} and no worker has started it yet; append once status shows it running.`);
+    const requestId = randomBytes(12).toString('base64url');
+    let answer: ((m: string) => void) | null = null;
+    const replied = new Promise<string>((r) => { answer = r; });
+    const stop = await this.notes.listen(channels.reply(requestId), (m) => answer?.(m));
+    try {
+      await this.runs.call('send the append', () => this.runs.redis.publish(channels.append(run.record.pool), JSON.stringify({ runId, requestId, entry })));
+      const text = await Promise.race([replied, sleep(ctx.settings.lockWaitMs).then(() => null)]);
+      if (text === null) throw new SubagentError('BUSY', `the worker holding run ${runId} (${run.host ?? '?'}) did not answer within ${ctx.settings.lockWaitMs} ms; retry, or check it with status.`);
+      const reply = JSON.parse(text) as { ok: true; result: AppendResult } | { ok: false; code: ErrorCode; message: string };
+      if (!reply.ok) throw new SubagentError(reply.code, reply.message);
+      return { ...reply.result, runId };
+    } finally {
+      stop();
+    }
   }
 
   async dismiss(ctx: ManagerContext, runId: string, cancel: boolean): Promise<DismissResult> {

@@ -14,6 +14,7 @@ export function distributedRuns(settings: Settings): DistributedRuns | undefined
     launch: async (ctx, input) => (await get()).launch(ctx, input),
     status: async (ctx, q, o) => (await get()).status(ctx, q, o),
     cancel: async (ctx, runId) => (await get()).cancel(ctx, runId),
+    append: async (ctx, runId, entry) => (await get()).append(ctx, runId, entry),
     dismiss: async (ctx, runId, cancel) => (await get()).dismiss(ctx, runId, cancel),
     restore: async (ctx, lineage) => (await get()).restore(ctx, lineage),
     readBytes: async (ctx, runId, part, offset, length) => (await get()).readBytes(ctx, runId, part, offset, length),

@@ -36,6 +36,9 @@ export const channels = {
   run: (runId: string) => `${PREFIX}run:${runId}`,
   /** Cancel requests of a pool's runs; the worker holding the run acts on it. */
   cancel: (pool: string) => `${PREFIX}cancel:${pool}`,
+  /** Append requests of a pool's chains (JSON { runId, requestId, entry }); the holder answers on `reply`. */
+  append: (pool: string) => `${PREFIX}append:${pool}`,
+  reply: (requestId: string) => `${PREFIX}reply:${requestId}`,
 };
 
 /** BullMQ queue name of a pool (docs/scale-out.md, "Pools and roots"). BullMQ adds its own `bull:` prefix. */

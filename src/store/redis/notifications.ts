@@ -8,7 +8,7 @@ import type { ScriptedRedis } from './scripts.js';
 
 export class RunNotifications {
   private sub: ScriptedRedis | null = null;
-  private readonly waiters = new Map<string, Set<() => void>>();
+  private readonly waiters = new Map<string, Set<(message: string) => void>>();
 
   constructor(private readonly url: string) {}
 
@@ -16,8 +16,8 @@ export class RunNotifications {
     if (this.sub) return this.sub;
     // Subscribed connections may queue their SUBSCRIBE until connected; ioredis resubscribes after a reconnect.
     const sub = connect(this.url, { blocking: true, name: 'subagents-notify' });
-    sub.on('message', (channel: string) => {
-      for (const wake of this.waiters.get(channel) ?? []) wake();
+    sub.on('message', (channel: string, message: string) => {
+      for (const wake of this.waiters.get(channel) ?? []) wake(message);
     });
     this.sub = sub;
     return sub;
@@ -28,7 +28,12 @@ export class RunNotifications {
    * subscription is in place (or could not be made: then the caller's slow poll is all there is).
    */
   async watch(runId: string, onChange: () => void): Promise<() => void> {
-    const channel = channels.run(runId);
+    return this.listen(channels.run(runId), onChange);
+  }
+
+  /** Calls `onMessage` with each message on `channel` until the returned stop is called. */
+  async listen(channel: string, onMessage: (message: string) => void): Promise<() => void> {
+    const onChange = onMessage;
     let set = this.waiters.get(channel);
     const first = !set;
     if (!set) { set = new Set(); this.waiters.set(channel, set); }

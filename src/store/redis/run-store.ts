@@ -50,7 +50,7 @@ export class RedisRuns {
   constructor(readonly redis: ScriptedRedis) {}
 
   /** One bounded call, once the connection is up (./connection.ts). */
-  private call<T>(what: string, op: () => Promise<T>): Promise<T> {
+  call<T>(what: string, op: () => Promise<T>): Promise<T> {
     return boundedCall(what, async () => { await ready(this.redis); return op(); });
   }
 
