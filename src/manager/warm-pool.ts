@@ -146,7 +146,9 @@ function targetSize(ctx: ManagerContext, state: PoolState): number {
 
 /** Boots the runners the pool lacks (idle ones announced, plus ones this server is booting, are counted). */
 export function refill(ctx: ManagerContext): void {
-  if (ctx.settings.warmRunners === 0) return;
+  // A nested server takes from the pool but never boots into it: it runs inside an agent's process tree, and a
+  // runner booted there would descend from that agent while serving some other run.
+  if (ctx.settings.warmRunners === 0 || ctx.nesting) return;
   const state = stateOf(ctx);
   if (state.inFlight > 0) return; // the last of them to settle schedules it again
   const files = filesOf(ctx);

@@ -1,8 +1,11 @@
+import fs from 'node:fs';
+import path from 'node:path';
 import { requestCancelOnce, type CancelReason } from '../lifecycle/cancel-request.js';
 import { descendants, readyIdentity, runMayBeLive, safeRecord, safeStatus } from '../lifecycle/run-tree.js';
 import type { ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/terminate.js';
 import type { RunStore } from '../store/ports.js';
+import { WarmPoolFiles } from '../store/warm-pool.js';
 import { isTerminalRun } from '../store/run-types.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -15,6 +18,42 @@ export function isNestedRunner(store: RunStore, runId: string, stepKey: string, 
     if (ids.some((id) => id && id.pid === p.pid && id.startTime === p.startTime)) return true;
   }
   return false;
+}
+
+/**
+ * Whether `p` is a runner that is not the step's to stop although it descends from the step's agent: the runner of
+ * another run of the home, or an idle member of the warm pool. A server an agent started boots pool runners as its own
+ * children, so they descend from that agent by parent links and carry no run token, yet one of them may be serving an
+ * unrelated run (docs/architecture.md, "Warm runners"). Identity-checked, never taken on a name: its command line
+ * names a run directory of the home whose status or ready report names this very process (pid and start time), or
+ * the pool's directory holding an entry for it.
+ */
+export function isOtherRunsRunner(store: RunStore, p: ProcessIdentity): boolean {
+  const args = commandLineOf(p.pid);
+  if (args.length === 0) return false;
+  const runsDir = store.layout.runsDir;
+  const warm = args.indexOf('--warm');
+  if (warm >= 0 && args[warm + 1] === store.layout.warmDir) {
+    const key = WarmPoolFiles.keyOf(p);
+    return ['idle', 'taken', 'claim'].some((kind) => fs.existsSync(path.join(store.layout.warmDir, `${key}.${kind}`)));
+  }
+  const runDir = args.find((a) => path.dirname(a) === runsDir);
+  if (!runDir) return false;
+  const runId = path.basename(runDir);
+  const ids = [safeStatus(store, runId)?.runner, readyIdentity(store, runId)];
+  return ids.some((id) => id && id.pid === p.pid && id.startTime === p.startTime);
+}
+
+/**
+ * A process's command line as words. A runner that took a run from the warm pool renames itself (`process.title`),
+ * which Linux shows as one space-separated string: both forms are split alike (a run directory has no spaces).
+ */
+function commandLineOf(pid: number): string[] {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split(/[\0 ]/).filter((a) => a !== '');
+  } catch {
+    return [];
+  }
 }
 
 /**

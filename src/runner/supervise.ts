@@ -25,7 +25,7 @@ import { SubagentError, isSubagentError, type RunErrorCode } from '../errors.js'
 import { MAIN_JS } from '../paths.js';
 import { watchForCancel } from './cancel-watch.js';
 import { runMembers } from './group-scheduler.js';
-import { isNestedRunner, settleChildren } from './children.js';
+import { isNestedRunner, isOtherRunsRunner, settleChildren } from './children.js';
 import { NO_TEXT, once, publishRunOutput, substitute, type StepText } from './step-text.js';
 import { runAgentProcess } from './agent-process.js';
 import { readTail } from '../store/text-tail.js';
@@ -364,7 +364,7 @@ class Executor {
         signal,
         ...(worktree ? { cwd: worktree.cwd } : {}),
         delegateServer: spec.agent.delegate ? delegateServerFor(env) : undefined,
-        spare: (p) => isNestedRunner(this.store, this.runId, st.key, p),
+        spare: (p) => isNestedRunner(this.store, this.runId, st.key, p) || isOtherRunsRunner(this.store, p),
         onStarted: (agent) => {
           st.process = agent;
           // Not awaited here (the agent is already running), but before the step ends: nothing outlives its step.

@@ -35,7 +35,7 @@ describe.skipIf(!enabled)('the packed tarball, installed globally', () => {
       // --ignore-scripts: the suite has built dist/ already (prepack would build it again).
       const packed = JSON.parse(run('npm', ['pack', '--json', '--ignore-scripts', '--pack-destination', base], REPO)) as Array<{ filename: string; files: Array<{ path: string }> }>;
       const files = packed[0]!.files.map((f) => f.path);
-      expect(files).toEqual(expect.arrayContaining(['package.json', 'README.md', 'server.json', pkg.bin[pkg.name]!, 'dist/server.js', 'agents/demo-summarizer.md']));
+      expect(files).toEqual(expect.arrayContaining(['package.json', 'README.md', 'LICENSE', 'server.json', pkg.bin[pkg.name]!, 'dist/server.js', 'agents/demo-summarizer.md']));
       expect(files.filter((f) => f.startsWith('test/') || f.startsWith('src/') || f.endsWith('.map') || f.endsWith('.mcpb'))).toEqual([]);
       expect(pkg.engines.node).toMatch(/^>=\d/);
 

@@ -18,6 +18,8 @@ describe('nested delegation through a real MCP client inside an agent', () => {
     writeAgent(dir, 'env', { backend: 'command', command: ['node', FAKE, 'env'] });
     writeAgent(dir, 'hold', { backend: 'command', command: ['node', DELEGATE, 'hold', holdFile] });
     writeAgent(dir, 'stubborn', { backend: 'command', command: ['node', FAKE, 'ignore-term', '30000'] });
+    // Outlives two kill graces in series however loaded the machine: it must be killed, never end on its own.
+    writeAgent(dir, 'stubborn-long', { backend: 'command', command: ['node', FAKE, 'ignore-term', '600000'] });
   };
 
   it('lists nested runs as children, charges them to the tree budget and not to capacity, and passes exactly the nesting variables', async () => {
@@ -168,7 +170,7 @@ describe('nested delegation through a real MCP client inside an agent', () => {
     // parent step once waited before ending anyway, which freed the root's slot with nested runs still going.
     const s = await start({ SUBAGENTS_KILL_GRACE_MS: '6000', SUBAGENTS_MAX_ACTIVE_RUNS: '1' });
     const release = path.join(t.base, 'release');
-    const inner = { launches: [{ agent: 'stubborn', task: 'grandchild' }], wait: false, ignoreTerm: true, sleepMs: 120_000 };
+    const inner = { launches: [{ agent: 'stubborn-long', task: 'grandchild' }], wait: false, ignoreTerm: true, sleepMs: 120_000 };
     const plan = { launches: [{ agent: 'delegate', task: JSON.stringify(inner) }], wait: false, holdFile: release };
     const l = await s.call('launch', { agent: 'delegate', task: JSON.stringify(plan) });
     expect(l.isError, textOf(l)).toBeFalsy();
@@ -196,19 +198,54 @@ describe('nested delegation through a real MCP client inside an agent', () => {
     expect(samples).toBeGreaterThan(0);
     expect(violations).toBe(0);
     const [child, grandchild] = [...nested()].sort((a, b) => readRun(t.home, a).record.depth - readRun(t.home, b).record.depth).map((id) => readRun(t.home, id).status);
+    const story = nested().map((id) => `${id}: ${fs.readFileSync(path.join(t.home, 'runs', id, 'events.jsonl'), 'utf8')}\n${fs.readFileSync(path.join(t.home, 'runs', id, 'runner.log'), 'utf8')}`).join('\n');
     for (const st of [child!, grandchild!]) {
-      expect(st.state).toBe('cancelled');
-      expect(st.error.code).toBe('PARENT_ENDED');
+      expect(st.state, story).toBe('cancelled');
+      expect(st.error.code, story).toBe('PARENT_ENDED');
       expect(Date.parse(st.endedAt)).toBeLessThanOrEqual(Date.parse(fin.endedAt));
     }
     // The grandchild's agent waited out the whole grace: it was killed, not asked.
-    expect(grandchild!.steps[0].signal).toBe('SIGKILL');
+    expect(grandchild!.steps[0].signal, story).toBe('SIGKILL');
     await until(() => liveRunProcesses(t.home).length === 0, 'no process left');
     await until(() => Object.keys(readLedger(t.home).roots).length === 0, 'the root slot back');
     const again = await s.call('launch', { agent: 'echo', task: 'next' });
     expect(again.isError, textOf(again)).toBeFalsy();
     await waitTerminal(s, sc(again).runId);
   }, 120_000);
+
+  it('a run whose warm runner was booted by a server inside another run\'s agent outlives that agent, and is not taken for its escapee', async () => {
+    t = tempStateHome();
+    const release = path.join(t.base, 'release');
+    agents(release);
+    // Only the agent's own server boots idle runners: X can only get one of those (a descendant of the root's agent
+    // by parent links, carrying no run token). Its forged budget makes that server top-level, with its own pool.
+    const s = await start({ SUBAGENTS_WARM_RUNNERS: '0' });
+    const go = path.join(t.base, 'go');
+    const plan = { launches: [{ agent: 'hold', task: 'x' }], wait: false, goFile: go, serverEnv: { SUBAGENTS_BUDGET: 'A'.repeat(43), SUBAGENTS_WARM_RUNNERS: '2' } };
+    const l = await s.call('launch', { agent: 'delegate', task: JSON.stringify(plan) });
+    expect(l.isError, textOf(l)).toBeFalsy();
+    const rootId = sc(l).runId as string;
+    const warmDir = path.join(t.home, 'warm');
+    const idlePids = () => { try { return fs.readdirSync(warmDir).filter((n) => n.endsWith('.idle')).map((n) => Number(n.split('-')[0])); } catch { return []; } };
+    await until(() => idlePids().length === 2, 'the agent\'s server booted its pool', 30_000);
+    const booted = idlePids();
+    fs.writeFileSync(go, '');
+    const fin = await waitTerminal(s, rootId);
+    expect(fin.state).toBe('completed');
+    const [xId] = runIds(t.home).filter((id) => id !== rootId);
+    expect(xId).toBeDefined();
+    const x = readRun(t.home, xId!);
+    expect(booted).toContain(x.status.runner.pid);
+    // The root's agent and its server are gone; X's runner is not the root's escapee. (A replacement the agent's server
+    // was still booting when the agent exited may be: nothing identifies it as a pool member before it announces.)
+    expect((fin.escaped ?? []).map((p: { pid: number }) => p.pid)).not.toContain(x.status.runner.pid);
+    expect(x.status.state).toBe('running');
+    fs.writeFileSync(release, '');
+    // X is the inner server's session's, not this client's: read from its files.
+    await until(() => readRun(t.home, xId!).status.state !== 'running', 'X ended');
+    expect(readRun(t.home, xId!).status.state).toBe('completed');
+    await until(() => liveRunProcesses(t.home).length === 0, 'no process left');
+  });
 
   it('refuses a nested launch beyond SUBAGENTS_MAX_AGENTS at once, exactly (never queued)', async () => {
     t = tempStateHome();
