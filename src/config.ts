@@ -134,8 +134,10 @@ export function loadSettings(env: NodeJS.ProcessEnv, flags: Record<string, strin
     throw new ConfigError('SUBAGENTS_SESSION_ID must be 16 to 128 characters of A-Z a-z 0-9 _ . : -');
   }
   const passEnvRaw = pick('passEnv', 'SUBAGENTS_PASS_ENV');
-  const redisRaw = pick('redisUrl', 'SUBAGENTS_REDIS_URL') ?? (typeof flags['--redis'] === 'string' ? flags['--redis'] : undefined);
-  if (typeof flags['--redis'] === 'string') sources.redisUrl = 'flag';
+  // `--redis` is the short form of `--redis-url`: a flag, so it wins over the environment too.
+  const redisFlag = flags['--redis'];
+  const redisRaw = typeof redisFlag === 'string' ? redisFlag : pick('redisUrl', 'SUBAGENTS_REDIS_URL');
+  if (typeof redisFlag === 'string') sources.redisUrl = 'flag';
   let redisUrl: string | null = null;
   if (redisRaw !== undefined) {
     // The message never repeats the value: it is a credential.

@@ -52,6 +52,26 @@ function withHome(cmd: Command): Command {
   return cmd.addOption(new Option('--home <dir>', 'the state home (default: $SUBAGENTS_HOME, else $XDG_STATE_HOME/subagents-mcp or ~/.local/state/subagents-mcp)'));
 }
 
+/** Commands that also work over Redis (docs/scale-out.md): `--redis` (or SUBAGENTS_REDIS_URL) switches them. */
+function withRedis(cmd: Command): Command {
+  return withHome(cmd).addOption(new Option('--redis <url>', 'distributed mode: read the runs in this Redis (SUBAGENTS_REDIS_URL)'));
+}
+
+/**
+ * In distributed mode, runs `fn` with a context whose use cases go to Redis (and closes its connections after);
+ * null in local mode.
+ */
+async function overRedis(cmd: Command, fn: (ctx: ReturnType<typeof operatorContext>) => Promise<number>): Promise<number | null> {
+  const settings = cliSettings(settingFlags(cmd));
+  if (!settings.redisUrl) return null;
+  const ctx = { ...operatorContext(settings, process.env, { requireSafeHome: false }), distributed: distributedRuns(settings) };
+  try {
+    return await fn(ctx);
+  } finally {
+    await ctx.distributed?.close();
+  }
+}
+
 /** Commander's parsed options back to the `{ '--max-active-runs': '4' }` shape loadSettings reads. */
 function settingFlags(cmd: Command): Flags {
   const flags: Flags = {};
@@ -127,20 +147,24 @@ Examples:
       }
     }));
 
-  withHome(program.command('runs').description("every session's runs in the state home, newest first"))
+  withRedis(program.command('runs').description("every session's runs in the state home, newest first"))
     .option('--json', 'machine-readable output')
     .option('--state <states>', 'only these states (comma list of starting, running, completed, failed, cancelled, active, terminal)')
     .option('--session <id>', 'only runs of this session (a prefix is enough)')
     .option('-a, --all', 'include dismissed runs')
     .action(act(async (o: { json?: boolean; state?: string; session?: string; all?: boolean }, cmd: Command) => {
+      const remote = await overRedis(cmd, async (ctx) => (await import('./distributed.js')).distributedRuns(ctx, o, out));
+      if (remote !== null) return remote;
       const { runsCommand } = await import('./runs.js');
       return runsCommand(operator(cmd), o, out);
     }));
 
-  withHome(program.command('show').description('the whole run: steps, children, evidence (pids, exit codes, byte counts) and the paths of its files'))
+  withRedis(program.command('show').description('the whole run: steps, children, evidence (pids, exit codes, byte counts) and the paths of its files'))
     .argument('<runId>', 'a run id, or a unique prefix of one')
     .option('--json', 'machine-readable output')
     .action(act(async (id: string, o: { json?: boolean }, cmd: Command) => {
+      const remote = await overRedis(cmd, async (ctx) => (await import('./distributed.js')).distributedShow(ctx, id, out));
+      if (remote !== null) return remote;
       const { runDetail, renderDetail } = await import('./show.js');
       const ctx = operator(cmd);
       const d = await runDetail(ctx, resolveRunId(ctx, id));
@@ -149,28 +173,34 @@ Examples:
       return 0;
     }));
 
-  withHome(program.command('logs').description("a run's output; with --follow, as it is written until the run ends"))
+  withRedis(program.command('logs').description("a run's output; with --follow, as it is written until the run ends"))
     .argument('<runId>', 'a run id, or a unique prefix of one')
     .option('-f, --follow', 'keep printing until the run ends; the exit code is then 0 only if it completed')
     .option('--raw', "for CLIs whose output is parsed (claude, codex …): their raw machine-readable stream, which grows while they run")
     .action(act(async (id: string, o: { follow?: boolean; raw?: boolean }, cmd: Command) => {
+      const remote = await overRedis(cmd, async (ctx) => (await import('./distributed.js')).distributedLogs(ctx, id, o, (s) => process.stdout.write(s)));
+      if (remote !== null) return remote;
       const { logsCommand } = await import('./logs.js');
       const ctx = operator(cmd);
       return logsCommand(ctx, resolveRunId(ctx, id), o);
     }));
 
-  withHome(program.command('cancel').description('stop a run and its whole tree (SIGTERM, then SIGKILL after the grace), verified gone'))
+  withRedis(program.command('cancel').description('stop a run and its whole tree (SIGTERM, then SIGKILL after the grace), verified gone'))
     .argument('<runId>', 'a run id, or a unique prefix of one')
     .action(act(async (id: string, _o: unknown, cmd: Command) => {
+      const remote = await overRedis(cmd, async (ctx) => (await import('./distributed.js')).distributedCancel(ctx, id, out));
+      if (remote !== null) return remote;
       const { cancelCommand } = await import('./control.js');
       const ctx = operator(cmd);
       return cancelCommand(ctx, resolveRunId(ctx, id), out);
     }));
 
-  withHome(program.command('dismiss').description('hide an ended run from listings (it stays readable with show)'))
+  withRedis(program.command('dismiss').description('hide an ended run from listings (it stays readable with show)'))
     .argument('<runId>', 'a run id, or a unique prefix of one')
     .option('--cancel', 'cancel the run first if it is still active')
     .action(act(async (id: string, o: { cancel?: boolean }, cmd: Command) => {
+      const remote = await overRedis(cmd, async (ctx) => (await import('./distributed.js')).distributedDismiss(ctx, id, o, out));
+      if (remote !== null) return remote;
       const { dismissCommand } = await import('./control.js');
       const ctx = operator(cmd);
       return dismissCommand(ctx, resolveRunId(ctx, id), o, out);

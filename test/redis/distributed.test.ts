@@ -339,6 +339,43 @@ describe('queue, load sharing and faults', () => {
   }, 120_000);
 });
 
+describe('the command line over Redis', () => {
+  const cli = (args: string[]) => new Promise<{ code: number | null; out: string; err: string }>((resolve) => {
+    const c = spawn(process.execPath, [MAIN_JS, ...args, '--redis', redis.url, '--home', path.join(t.base, 'cli-home')], { env: { PATH: process.env.PATH, HOME: process.env.HOME }, stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = ''; let err = '';
+    c.stdout!.on('data', (d: Buffer) => { out += d; });
+    c.stderr!.on('data', (d: Buffer) => { err += d; });
+    c.on('exit', (code) => resolve({ code, out, err }));
+  });
+
+  it('runs, show, logs --follow, cancel and dismiss see every session\'s runs in Redis', async () => {
+    const w = await startWorker('cli');
+    const s = await mainServer();
+    const done = sc(await s.call('launch', { agent: 'echo', task: 'printed by logs' })).runId as string;
+    const logs = await cli(['logs', done.slice(0, 12), '--follow']);
+    expect(logs.err).toBe('');
+    expect(logs.code).toBe(0);
+    expect(logs.out).toBe('printed by logs');
+    const runs = await cli(['runs', '--json']);
+    expect(runs.code).toBe(0);
+    expect(JSON.parse(runs.out).map((r: { runId: string }) => r.runId)).toContain(done);
+    const show = await cli(['show', done]);
+    expect(JSON.parse(show.out)).toMatchObject({ runId: done, state: 'completed' });
+    const active = sc(await s.call('launch', { agent: 'sleeper', task: 'cancelled from the CLI' })).runId as string;
+    await waitState(s, active, (st) => st === 'running');
+    const cancel = await cli(['cancel', active]);
+    expect(cancel.code, cancel.err).toBe(0);
+    expect(cancel.out).toContain(`run ${active} cancelled`);
+    const dismiss = await cli(['dismiss', active]);
+    expect(dismiss.code, dismiss.err).toBe(0);
+    expect(JSON.parse((await cli(['runs', '--json'])).out).map((r: { runId: string }) => r.runId)).not.toContain(active);
+    const unknown = await cli(['show', 'r-nosuchrun']);
+    expect(unknown.code).toBe(1);
+    expect(unknown.err).toMatch(/RUN_NOT_FOUND/);
+    await stopWorker(w);
+  }, 120_000);
+});
+
 describe('draining, restarts and dead servers', () => {
   it('SIGTERM drains: the running run finishes, the worker takes nothing new and exits', async () => {
     const w = await startWorker('drain', { concurrency: 1, args: ['--drain-timeout', '30000'] });

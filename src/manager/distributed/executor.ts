@@ -225,6 +225,32 @@ export class DistributedExecutor implements DistributedRuns {
     return { sessionId: ctx.sessionId, lineage: [...after], adopted, unknown, runs };
   }
 
+  /** Every run's summary, newest first (the command line: it sees every session). */
+  async everyRun(all: boolean): Promise<RunSummary[]> {
+    const out: RunSummary[] = [];
+    for (const id of await this.runs.allRuns(10_000)) {
+      const r = await this.runs.read(id);
+      if (!r || (r.dismissed && !all)) continue;
+      out.push({
+        runId: id, sessionId: r.record.sessionId, state: r.status.state, mode: r.record.mode, label: r.record.label,
+        agents: r.record.agents, createdAt: r.record.createdAt, endedAt: r.status.endedAt,
+        error: r.status.error ? { code: r.status.error.code, message: r.status.error.message } : null, adopted: false, dismissed: r.dismissed,
+      });
+    }
+    return out;
+  }
+
+  /** A full run id, or the one run whose id starts with `arg`; RUN_NOT_FOUND or INVALID_INPUT (ambiguous) otherwise. */
+  async resolveRunId(arg: string): Promise<string> {
+    const want = arg.trim();
+    const prefix = want.startsWith('r-') ? want : `r-${want}`;
+    const matches = (await this.runs.allRuns()).filter((id) => id === want || id.startsWith(prefix));
+    if (matches.includes(want)) return want;
+    if (matches.length === 1) return matches[0]!;
+    if (matches.length > 1) throw new SubagentError('INVALID_INPUT', `${JSON.stringify(want.slice(0, 40))} matches ${matches.length} runs (${matches.slice(0, 5).join(', ')}); give more of the id.`);
+    throw notFound(want.slice(0, 40));
+  }
+
   /** Summaries of the runs of `sessions`, newest first (dismissed ones only with `all`). */
   private async summaries(sessions: string[], me: string, all: boolean): Promise<RunSummary[]> {
     const runs: Array<RunSummary> = [];

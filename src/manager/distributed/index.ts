@@ -18,6 +18,8 @@ export function distributedRuns(settings: Settings): DistributedRuns | undefined
     dismiss: async (ctx, runId, cancel) => (await get()).dismiss(ctx, runId, cancel),
     restore: async (ctx, lineage) => (await get()).restore(ctx, lineage),
     readBytes: async (ctx, runId, part, offset, length) => (await get()).readBytes(ctx, runId, part, offset, length),
+    everyRun: async (all) => (await get()).everyRun(all),
+    resolveRunId: async (arg) => (await get()).resolveRunId(arg),
     health: async () => (await get()).health(),
     close: async () => { if (executor) await (await executor).close(); },
   };

@@ -23,6 +23,8 @@ export const keys = {
   events: (runId: string) => `${PREFIX}run:${runId}:events`,
   /** STRING of one step's output (`run` for the run's own output), capped at SUBAGENTS_MAX_OUTPUT_BYTES. */
   output: (runId: string, stepKey: string) => `${PREFIX}run:${runId}:out:${stepKey}`,
+  /** ZSET of every run id, scored by creation time (the command line's `runs` and id prefixes). */
+  allRuns: `${PREFIX}runs`,
   /** ZSET of a session's run ids, scored by creation time. */
   sessionRuns: (sessionId: string) => `${PREFIX}session:${sessionId}:runs`,
   /** SET of a session's direct ancestors (restore): links are added, never removed. */

@@ -56,7 +56,7 @@ export class RedisRuns {
 
   async claimLaunch(record: DistributedRecord, admitted: RunStatus, queued: RunStatus, o: { limit: number; queueAllowed: boolean; maxQueued: number }): Promise<ClaimOutcome> {
     const r = await this.call('accept the launch', () => this.redis.saClaimLaunch(
-      keys.active, keys.queued, keys.queueSeq, keys.fanout(record.runId), keys.run(record.runId), keys.sessionRuns(record.sessionId),
+      keys.active, keys.queued, keys.queueSeq, keys.fanout(record.runId), keys.run(record.runId), keys.sessionRuns(record.sessionId), keys.allRuns,
       record.runId, o.limit, record.claims, record.limits.maxSpawns, o.queueAllowed ? 1 : 0, o.maxQueued,
       JSON.stringify(record), Date.parse(record.createdAt), JSON.stringify(admitted), JSON.stringify(queued)));
     const [outcome, a, position, q] = [String(r[0]), Number(r[1]), Number(r[2]), Number(r[3])];
@@ -115,6 +115,11 @@ export class RedisRuns {
   async events(runId: string): Promise<Array<Record<string, unknown>>> {
     const lines = await this.call('read the events', () => this.redis.lrange(keys.events(runId), 0, -1));
     return lines.map((l) => JSON.parse(l) as Record<string, unknown>);
+  }
+
+  /** Every run id, newest first. */
+  async allRuns(max = 100_000): Promise<string[]> {
+    return this.call('list the runs', () => this.redis.zrevrange(keys.allRuns, 0, max - 1));
   }
 
   /** A session's run ids, newest first. */

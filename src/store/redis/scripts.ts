@@ -11,7 +11,7 @@ const TERMINAL = `local terminal = { completed = true, failed = true, cancelled 
  * A launch's acceptance, all or nothing: the tree's fan-out claim, then an active-run slot, else a place in the queue
  * (when allowed and not full), else a refusal; the run's record and first status are written in the same step, so
  * no reader sees one without the other.
- * KEYS: active, queued, queueSeq, fanout, run, sessionRuns. ARGV: runId, limit (0: none), claims, maxSpawns,
+ * KEYS: active, queued, queueSeq, fanout, run, sessionRuns, allRuns. ARGV: runId, limit (0: none), claims, maxSpawns,
  * queueAllowed (1/0), maxQueued, record JSON, createdAtMs, status JSON for admitted, status JSON for queued.
  * Returns { outcome, active, position, queued } with outcome ADMITTED, QUEUED, FULL, QUEUE_FULL or FANOUT (then
  * `active` is the tree's used count).
@@ -41,6 +41,7 @@ local status = ARGV[9]
 if outcome == 'QUEUED' then status = ARGV[10] end
 redis.call('HSET', KEYS[5], 'record', ARGV[7], 'status', status, 'state', cjson.decode(status).state)
 redis.call('ZADD', KEYS[6], tonumber(ARGV[8]), runId)
+redis.call('ZADD', KEYS[7], tonumber(ARGV[8]), runId)
 return { outcome, active, position, queued }
 `;
 
@@ -135,7 +136,7 @@ export type ScriptedRedis = Redis & SubagentScripts;
 
 /** Registers the scripts (EVALSHA, loaded on first use) on a client. */
 export function defineScripts(r: Redis): ScriptedRedis {
-  r.defineCommand('saClaimLaunch', { numberOfKeys: 6, lua: CLAIM_LAUNCH });
+  r.defineCommand('saClaimLaunch', { numberOfKeys: 7, lua: CLAIM_LAUNCH });
   r.defineCommand('saStartRun', { numberOfKeys: 5, lua: START_RUN });
   r.defineCommand('saPutStatus', { numberOfKeys: 1, lua: PUT_STATUS });
   r.defineCommand('saEndRun', { numberOfKeys: 5, lua: END_RUN });
