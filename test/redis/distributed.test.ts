@@ -37,6 +37,7 @@ let redis: RedisInstance;
 let t: ReturnType<typeof tempStateHome>;
 const workers: WorkerProc[] = [];
 const servers: Started[] = [];
+let serverCount = 0;
 
 function agentsFor(home: string): void {
   const dir = path.join(home, 'agents');
@@ -73,7 +74,7 @@ async function stopWorker(w: WorkerProc, signal: NodeJS.Signals = 'SIGTERM'): Pr
 }
 
 async function server(extra: Record<string, string> = {}): Promise<Started> {
-  const home = path.join(t.base, `server-${servers.length}`);
+  const home = path.join(t.base, `server-${serverCount++}`);
   fs.mkdirSync(home, { mode: 0o700 });
   const s = await startServer({ SUBAGENTS_HOME: home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_REDIS_URL: redis.url, SUBAGENTS_STALL_INTERVAL_MS: String(STALL_MS), ...extra });
   servers.push(s);
@@ -108,14 +109,14 @@ afterAll(async () => {
 }, 30_000);
 
 describe('capacity is exact across servers (Lua in Redis)', () => {
-  it('two servers racing for the last active-run slot: exactly one wins, every time', async () => {
+  it('two Redis clients racing 200 times for the last active-run slot (and 50 for the last agent slot): exactly one wins each time', async () => {
     // Two connections stand in for two servers: the script runs alone in Redis whichever connection sends it.
     const a = new RedisRuns(connect(redis.url, { blocking: true }));
     const b = new RedisRuns(connect(redis.url, { blocking: true }));
     const record = (runId: string) => ({ v: 1 as const, runId, sessionId: 's-race', pool: 'race', mode: 'single' as const, cwd: '/', label: null, createdAt: new Date().toISOString(), agents: ['echo'], limits: { maxSpawns: 64, maxDepth: 3 }, claims: 1, agentSlots: 1 });
     const status = (runId: string, state: 'starting' | 'queued') => ({ v: 1 as const, runId, state, error: null, startedAt: null, endedAt: null, updatedAt: new Date().toISOString(), runner: null, steps: [], appendsTaken: 0, survivors: [] });
     try {
-      for (let i = 0; i < 100; i++) {
+      for (let i = 0; i < 200; i++) {
         await (a.redis as ScriptedRedis).del(keys.active, keys.queued);
         await a.redis.sadd(keys.active, 'r-holder1', 'r-holder2');
         const ids = [`r-race${i}a`, `r-race${i}b`];
@@ -143,6 +144,27 @@ describe('capacity is exact across servers (Lua in Redis)', () => {
       b.redis.disconnect();
     }
   }, 60_000);
+
+  it('two real servers launching at once into the last slot: one is accepted, the other refused CAPACITY_EXHAUSTED', async () => {
+    const one = await server({ SUBAGENTS_MAX_ACTIVE_RUNS: '1' });
+    const two = await server({ SUBAGENTS_MAX_ACTIVE_RUNS: '1' });
+    for (let i = 0; i < 10; i++) {
+      // No worker runs yet: the winner holds the slot (starting) until it is cancelled.
+      const answers = await Promise.all([one, two].map((s) => s.call('launch', { agent: 'echo', task: String(i), queue: false })));
+      const won = answers.filter((r) => !r.isError);
+      const lost = answers.filter((r) => r.isError);
+      expect(won).toHaveLength(1);
+      expect(lost).toHaveLength(1);
+      expect(textOf(lost[0]!)).toMatch(/^CAPACITY_EXHAUSTED/);
+      const winner = won[0]!;
+      const by = answers[0] === winner ? one : two;
+      expect(sc(await by.call('cancel', { runId: sc(winner).runId })).state).toBe('cancelled');
+    }
+    await one.close();
+    await two.close();
+    servers.splice(servers.indexOf(one), 1);
+    servers.splice(servers.indexOf(two), 1);
+  }, 90_000);
 });
 
 describe('launch → worker → completed through a real MCP server', () => {
@@ -297,15 +319,18 @@ describe('queue, load sharing and faults', () => {
     const runId = sc(await s.call('launch', { agent: 'sleeper', task: 'doomed' })).runId as string;
     await waitState(s, runId, (st) => st === 'running');
     await until(async () => sc(await s.call('status', { runId })).steps[0].pid > 0, 20_000);
-    const agentPids = pidsMentioning(doomed.home);
-    expect(agentPids.length).toBeGreaterThan(0);
+    const agentPid = sc(await s.call('status', { runId })).steps[0].pid as number;
+    const runnerPids = pidsMentioning(doomed.home).filter((p) => p !== doomed.child.pid);
+    expect(runnerPids.length).toBeGreaterThan(0);
     const survivor = await startWorker('survivor', { concurrency: 1 });
     await stopWorker(doomed, 'SIGKILL');
     const fin = await waitTerminal(s, runId, 60_000);
     expect(fin.state).toBe('failed');
     expect(fin.error.code).toBe('RUNNER_LOST');
-    // The runner saw its worker die and stopped its agents.
-    await until(() => pidsMentioning(doomed.home).length === 0, 20_000);
+    // The runner saw its worker die, stopped its agent and exited.
+    const gone = (pid: number) => { try { return /\) Z /.test(fs.readFileSync(`/proc/${pid}/stat`, 'utf8')); } catch { return true; } };
+    await until(() => gone(agentPid), 20_000, 'the dead worker\'s agent gone');
+    await until(() => pidsMentioning(doomed.home).length === 0, 20_000, 'the dead worker\'s runner gone');
     // Never run twice: the surviving worker never held it.
     const c = connect(redis.url, { blocking: true });
     try {
