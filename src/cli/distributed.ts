@@ -4,8 +4,8 @@
  */
 import type { ManagerContext } from '../manager/context.js';
 import { isTerminalRun, type RunState } from '../store/run-types.js';
-import { formatAge, table } from '../format.js';
-import { CliError, EXIT_FAILURE, EXIT_OK } from './context.js';
+import { formatAge, parseAge, table } from '../format.js';
+import { CliError, EXIT_FAILURE, EXIT_OK, EXIT_USAGE } from './context.js';
 
 type Out = (s: string) => void;
 
@@ -80,4 +80,15 @@ export async function distributedDismiss(ctx: ManagerContext, arg: string, o: { 
     if ((e as { code?: string }).code === 'RUN_ACTIVE') throw new CliError(`run ${runId} is still active; dismiss --cancel stops it first, or wait for it to end.`);
     throw e;
   }
+}
+
+export async function distributedGc(ctx: ManagerContext, o: { olderThan: string; dryRun?: boolean; json?: boolean }, out: Out): Promise<number> {
+  const olderThanMs = parseAge(o.olderThan);
+  if (olderThanMs === null) throw new CliError(`--older-than ${JSON.stringify(o.olderThan)} is not an age like 30d, 12h, 90m or 2w`, EXIT_USAGE);
+  const r = await distributed(ctx).collectGarbage(olderThanMs, o.dryRun === true);
+  if (o.json) { out(JSON.stringify(r, null, 2)); return EXIT_OK; }
+  const verb = r.dryRun ? 'would remove' : 'removed';
+  for (const c of r.removed) out(`${verb} ${c.runId} (ended ${c.endedAt}${c.dismissed ? ', dismissed' : ''})`);
+  out(`${r.dryRun ? 'dry run: ' : ''}${verb} ${r.removed.length} run(s) from Redis; kept ${r.keptActive} active and ${r.keptRecent} that ended more recently`);
+  return EXIT_OK;
 }

@@ -241,12 +241,14 @@ Examples:
       process.exit(code);
     }));
 
-  withHome(program.command('gc').description('remove dismissed or ended runs past retention, with their files; never an active run'))
+  withRedis(program.command('gc').description('remove dismissed or ended runs past retention, with their files; never an active run'))
     .option('--older-than <age>', 'retention: runs that ended longer ago than this (30d, 12h, 90m, 2w)', '30d')
     .option('--dry-run', 'report what would be removed, remove nothing')
     .option('--branches', 'also delete the git branches (subagents/<runId>/…) of the isolated runs removed')
     .option('--json', 'machine-readable output')
     .action(act(async (o: { olderThan: string; dryRun?: boolean; json?: boolean; branches?: boolean }, cmd: Command) => {
+      const remote = await overRedis(cmd, async (ctx) => (await import('./distributed.js')).distributedGc(ctx, o, out));
+      if (remote !== null) return remote;
       const { gcCommand } = await import('./gc.js');
       return gcCommand(operator(cmd), o, out);
     }));

@@ -53,6 +53,7 @@ export interface DistributedRuns {
   /** The command line's view: every run (newest first), and a run id from a unique prefix. */
   everyRun(all: boolean): Promise<RunSummary[]>;
   resolveRunId(arg: string): Promise<string>;
+  collectGarbage(olderThanMs: number, dryRun: boolean): Promise<{ removed: Array<{ runId: string; endedAt: string; dismissed: boolean }>; keptActive: number; keptRecent: number; dryRun: boolean }>;
   /** For doctor: Redis reachable, its version and persistence, the workers seen by heartbeat. */
   health(): Promise<DistributedHealth>;
   close(): Promise<void>;

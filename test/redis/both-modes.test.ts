@@ -40,7 +40,7 @@ beforeAll(async () => {
   writeAgents(localHome, path.join(t.base, 'gate-local'));
   let log = '';
   worker = spawn(process.execPath, [MAIN_JS, 'worker', '--redis', redis.url, '--home', workerHome, '--root', t.root, '--concurrency', '4'], {
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, SUBAGENTS_STALL_INTERVAL_MS: '2000', SUBAGENTS_KILL_GRACE_MS: '1000' }, stdio: ['ignore', 'ignore', 'pipe'],
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, SUBAGENTS_STALL_INTERVAL_MS: '10000', SUBAGENTS_KILL_GRACE_MS: '1000' }, stdio: ['ignore', 'ignore', 'pipe'],
   });
   worker.stderr!.on('data', (c: Buffer) => { log += c; });
   const end = Date.now() + 20_000;

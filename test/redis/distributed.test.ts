@@ -29,7 +29,12 @@ async function until(cond: () => boolean | Promise<boolean>, maxMs: number, what
 }
 
 const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
-const STALL_MS = 2000;
+/**
+ * Workers' stall interval (their job lock's duration): long enough that a loaded CI machine never misses a lock
+ * renewal; the dead-worker test gives its two workers a short one to see RUNNER_LOST quickly.
+ */
+const STALL_MS = 10_000;
+const SHORT_STALL_MS = '2000';
 
 interface WorkerProc { child: ChildProcess; home: string; log: () => string; id: () => string | null }
 
@@ -314,7 +319,7 @@ describe('queue, load sharing and faults', () => {
   }, 120_000);
 
   it('SIGKILL of a worker mid-step: RUNNER_LOST within the stall interval, its agents gone, never run twice', async () => {
-    const doomed = await startWorker('doomed', { concurrency: 1 });
+    const doomed = await startWorker('doomed', { concurrency: 1, env: { SUBAGENTS_STALL_INTERVAL_MS: SHORT_STALL_MS } });
     const s = await mainServer();
     const runId = sc(await s.call('launch', { agent: 'sleeper', task: 'doomed' })).runId as string;
     await waitState(s, runId, (st) => st === 'running');
@@ -322,7 +327,7 @@ describe('queue, load sharing and faults', () => {
     const agentPid = sc(await s.call('status', { runId })).steps[0].pid as number;
     const runnerPids = pidsMentioning(doomed.home).filter((p) => p !== doomed.child.pid);
     expect(runnerPids.length).toBeGreaterThan(0);
-    const survivor = await startWorker('survivor', { concurrency: 1 });
+    const survivor = await startWorker('survivor', { concurrency: 1, env: { SUBAGENTS_STALL_INTERVAL_MS: SHORT_STALL_MS } });
     await stopWorker(doomed, 'SIGKILL');
     const fin = await waitTerminal(s, runId, 60_000);
     expect(fin.state).toBe('failed');
@@ -394,6 +399,16 @@ describe('the command line over Redis', () => {
     const dismiss = await cli(['dismiss', active]);
     expect(dismiss.code, dismiss.err).toBe(0);
     expect(JSON.parse((await cli(['runs', '--json'])).out).map((r: { runId: string }) => r.runId)).not.toContain(active);
+    // gc removes ended runs past retention from Redis, never an active one.
+    const keeper = sc(await s.call('launch', { agent: 'sleeper', task: 'kept by gc' })).runId as string;
+    const dry = await cli(['gc', '--older-than', '0ms', '--dry-run', '--json']);
+    expect(JSON.parse(dry.out).removed.map((r: { runId: string }) => r.runId)).toEqual(expect.arrayContaining([done, active]));
+    expect(JSON.parse(dry.out).removed.map((r: { runId: string }) => r.runId)).not.toContain(keeper);
+    const gc = await cli(['gc', '--older-than', '0ms', '--json']);
+    expect(gc.code, gc.err).toBe(0);
+    expect((await cli(['show', done])).code).toBe(1);
+    expect(JSON.parse((await cli(['show', keeper])).out).runId).toBe(keeper);
+    await s.call('cancel', { runId: keeper });
     const unknown = await cli(['show', 'r-nosuchrun']);
     expect(unknown.code).toBe(1);
     expect(unknown.err).toMatch(/RUN_NOT_FOUND/);

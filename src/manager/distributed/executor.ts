@@ -240,6 +240,26 @@ export class DistributedExecutor implements DistributedRuns {
     return out;
   }
 
+  /**
+   * Removes ended runs whose end (or, dismissed, whose end too) is older than `olderThanMs`, never an active one
+   * (docs/scale-out.md, "Limits"); with `dryRun`, only says which.
+   */
+  async collectGarbage(olderThanMs: number, dryRun: boolean): Promise<{ removed: Array<{ runId: string; endedAt: string; dismissed: boolean }>; keptActive: number; keptRecent: number; dryRun: boolean }> {
+    const cutoff = Date.now() - olderThanMs;
+    const removed: Array<{ runId: string; endedAt: string; dismissed: boolean }> = [];
+    let keptActive = 0;
+    let keptRecent = 0;
+    for (const id of await this.runs.allRuns()) {
+      const r = await this.runs.read(id);
+      if (!r) continue;
+      if (!isTerminalRun(r.status.state) || r.status.endedAt === null) { keptActive++; continue; }
+      if (Date.parse(r.status.endedAt) > cutoff) { keptRecent++; continue; }
+      if (!dryRun) await this.runs.remove(r);
+      removed.push({ runId: id, endedAt: r.status.endedAt, dismissed: r.dismissed });
+    }
+    return { removed, keptActive, keptRecent, dryRun };
+  }
+
   /** A full run id, or the one run whose id starts with `arg`; RUN_NOT_FOUND or INVALID_INPUT (ambiguous) otherwise. */
   async resolveRunId(arg: string): Promise<string> {
     const want = arg.trim();

@@ -19,6 +19,7 @@ export function distributedRuns(settings: Settings): DistributedRuns | undefined
     restore: async (ctx, lineage) => (await get()).restore(ctx, lineage),
     readBytes: async (ctx, runId, part, offset, length) => (await get()).readBytes(ctx, runId, part, offset, length),
     everyRun: async (all) => (await get()).everyRun(all),
+    collectGarbage: async (olderThanMs, dryRun) => (await get()).collectGarbage(olderThanMs, dryRun),
     resolveRunId: async (arg) => (await get()).resolveRunId(arg),
     health: async () => (await get()).health(),
     close: async () => { if (executor) await (await executor).close(); },

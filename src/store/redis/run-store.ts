@@ -127,6 +127,24 @@ export class RedisRuns {
     return this.call('list the session\'s runs', () => this.redis.zrevrange(keys.sessionRuns(sessionId), 0, max - 1));
   }
 
+  /** Removes an ended run's keys and its index entries (gc); the caller checked that it has ended. */
+  async remove(run: StoredRun): Promise<void> {
+    const { runId, sessionId } = run.record;
+    const outputs: string[] = [];
+    await this.call('list the run\'s output', async () => {
+      let cursor = '0';
+      do {
+        const [next, found] = await this.redis.scan(cursor, 'MATCH', `${keys.run(runId)}:out:*`, 'COUNT', 200);
+        cursor = next;
+        outputs.push(...found);
+      } while (cursor !== '0');
+    });
+    await this.call('remove the run', () => this.redis.multi()
+      .del(keys.run(runId), keys.events(runId), keys.fanout(runId), ...outputs)
+      .zrem(keys.allRuns, runId).zrem(keys.sessionRuns(sessionId), runId)
+      .exec());
+  }
+
   /** Hides the run from listings (it stays readable by id); who asked is kept with it. */
   async markDismissed(runId: string, by: string): Promise<void> {
     await this.call('record the dismissal', () => this.redis.hsetnx(keys.run(runId), 'dismissed', by));
