@@ -11,6 +11,7 @@ import type { CancelResult } from './cancel.js';
 import type { DismissResult } from './dismiss.js';
 import type { RestoreResult } from './sessions.js';
 import type { RunSummary } from './status-view.js';
+import type { RunStatus } from '../store/run-types.js';
 
 /** Everything a use-case needs: settings, the state home, who we are. Built once per server process. */
 export interface ManagerContext {
@@ -50,6 +51,8 @@ export interface DistributedRuns {
   restore(ctx: ManagerContext, lineage: string[]): Promise<RestoreResult>;
   /** Bytes of a run's stored output, a step's, or its events as JSON lines, for the MCP resources; RUN_NOT_FOUND if not visible. */
   readBytes(ctx: ManagerContext, runId: string, part: 'output' | 'events' | { step: string }, offset: number, length: number): Promise<{ buf: Buffer; size: number }>;
+  runState(ctx: ManagerContext, runId: string): Promise<{ createdAt: string; status: RunStatus }>;
+  watch(runId: string, onChange: () => void): Promise<() => void>;
   /** The command line's view: every run (newest first), and a run id from a unique prefix. */
   everyRun(all: boolean): Promise<RunSummary[]>;
   resolveRunId(arg: string): Promise<string>;

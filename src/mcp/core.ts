@@ -1,5 +1,5 @@
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import type { CallToolResult, CreateTaskResult, Task } from '@modelcontextprotocol/sdk/types.js';
+import { ErrorCode, McpError, type CallToolResult, type CreateTaskResult, type Task } from '@modelcontextprotocol/sdk/types.js';
 import type { Settings } from '../config.js';
 import { SubagentError } from '../errors.js';
 import { newSessionId } from '../ids.js';
@@ -56,7 +56,7 @@ export interface Core {
   callTool: (name: string, args: Record<string, unknown>, extra: ToolExtra) => Promise<CallToolResult>;
   listResources: (cursor: string | undefined) => ReturnType<typeof listResources>;
   readResource: (uri: string) => ReturnType<typeof readResource>;
-  subscribe: (uri: string) => void;
+  subscribe: (uri: string) => void | Promise<void>;
   unsubscribe: (uri: string) => void;
   complete: (name: string, value: string, context: Record<string, string> | undefined) => ReturnType<typeof completeArgument>;
   resourceTemplates: typeof RESOURCE_TEMPLATES;
@@ -67,6 +67,24 @@ export interface Core {
   listTasks: (cursor: string | undefined) => Promise<{ tasks: Task[]; nextCursor?: string }>;
   cancelTask: (taskId: string) => Promise<Task>;
   stop: () => void;
+}
+
+/** Distributed mode's resource subscriptions: uri → stop listening on the run's channel. */
+const distributedSubscriptions = new Map<string, () => void>();
+
+/** A run's resources are updated at each change published on its channel (docs/scale-out.md, "What lives in Redis"). */
+async function subscribeDistributed(ctx: ManagerContext, server: Server, uri: string): Promise<void> {
+  const runId = /^subagents:\/\/runs\/([^/?#]+)/.exec(uri)?.[1];
+  if (!runId) throw new McpError(ErrorCode.InvalidParams, `Resource not found: ${uri.slice(0, 200)}`);
+  try {
+    await ctx.distributed!.runState(ctx, runId);
+  } catch (e) {
+    if (e instanceof SubagentError && e.code === 'RUN_NOT_FOUND') throw new McpError(ErrorCode.InvalidParams, `Resource not found: ${uri.slice(0, 200)}`);
+    throw e;
+  }
+  if (distributedSubscriptions.has(uri)) return;
+  const stop = await ctx.distributed!.watch(runId, () => { server.sendResourceUpdated({ uri }).catch(() => {}); });
+  distributedSubscriptions.set(uri, stop);
 }
 
 /** Builds the context and starts following runs (watcher) and the state home (sweeper). */
@@ -93,8 +111,11 @@ export function startCore(o: CoreOptions): Core {
     listResources: (cursor) => listResources(ctx, cursor),
     readResource: async (uri) => (uri === DASHBOARD_URI ? readAppResource() : readResource(ctx, uri)),
     // Subscribing to a run this session cannot see answers the same not-found error as reading it.
-    subscribe: (uri) => { requireResource(ctx, uri); watcher.subscribe(uri); },
-    unsubscribe: (uri) => watcher.unsubscribe(uri),
+    subscribe: async (uri) => {
+      if (ctx.distributed) return subscribeDistributed(ctx, o.server, uri);
+      requireResource(ctx, uri); watcher.subscribe(uri);
+    },
+    unsubscribe: (uri) => { distributedSubscriptions.get(uri)?.(); distributedSubscriptions.delete(uri); watcher.unsubscribe(uri); },
     complete: (name, value, context) => completeArgument(ctx, name, value, context),
     resourceTemplates: RESOURCE_TEMPLATES,
     createTask: async (name, args, extra) => {
@@ -110,6 +131,10 @@ export function startCore(o: CoreOptions): Core {
       watcher.poke();
       return t;
     },
-    stop: () => { watcher.stop(); stopSweeper(); stopWarmPool(); void ctx.distributed?.close(); },
+    stop: () => {
+      watcher.stop(); stopSweeper(); stopWarmPool();
+      for (const stop of distributedSubscriptions.values()) stop();
+      void ctx.distributed?.close();
+    },
   };
 }

@@ -17,6 +17,7 @@ const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
 function writeAgents(home: string, gate: string): void {
   const dir = path.join(home, 'agents');
   writeAgent(dir, 'gated', { backend: 'command', command: ['node', FAKE, 'gate', gate] });
+  writeAgent(dir, 'watched', { backend: 'command', command: ['node', FAKE, 'gate', `${gate}-watched`] });
   writeAgent(dir, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
   writeAgent(dir, 'fails', { backend: 'command', command: ['node', FAKE, 'exit', '3'] });
   writeAgent(dir, 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
@@ -142,6 +143,29 @@ describe.each(['local', 'redis'] as const)('the contract in %s mode', (mode) => 
     const fin = await waitTerminal(s(), runId, 30_000);
     expect(fin.state).toBe('cancelled');
     expect(fin.error.code).toBe('CANCELLED');
+  }, 90_000);
+
+  it('resources: listed, subscribed (updated at the run\'s changes), and MCP Tasks over the same run', async () => {
+    const updated: string[] = [];
+    const { ResourceUpdatedNotificationSchema } = await import('@modelcontextprotocol/sdk/types.js');
+    s().client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => { updated.push(n.params.uri); });
+    const r = await s().call('launch', { agent: 'watched', task: 'watched' });
+    const runId = sc(r).runId as string;
+    const uri = `subagents://runs/${runId}`;
+    await s().client.subscribeResource({ uri });
+    const listed = await s().client.listResources();
+    expect(listed.resources.map((x) => x.uri)).toContain(uri);
+    const task = await s().client.request({ method: 'tasks/get', params: { taskId: runId } }, (await import('@modelcontextprotocol/sdk/types.js')).GetTaskResultSchema);
+    expect(task.taskId).toBe(runId);
+    expect(task.status).toBe('working');
+    fs.writeFileSync(path.join(t.base, `gate-${mode}-watched`), '');
+    await waitTerminal(s(), runId, 60_000);
+    const end = Date.now() + 20_000;
+    while (!updated.includes(uri) && Date.now() < end) await new Promise((res) => setTimeout(res, 50));
+    expect(updated).toContain(uri);
+    const done = await s().client.request({ method: 'tasks/get', params: { taskId: runId } }, (await import('@modelcontextprotocol/sdk/types.js')).GetTaskResultSchema);
+    expect(done.status).toBe('completed');
+    await s().client.unsubscribeResource({ uri });
   }, 90_000);
 
   it('an unknown run id: RUN_NOT_FOUND', async () => {

@@ -195,6 +195,17 @@ export class DistributedExecutor implements DistributedRuns {
     }
   }
 
+  /** A visible run's creation time and status (reconciled), for MCP Tasks and subscriptions. */
+  async runState(ctx: ManagerContext, runId: string): Promise<{ createdAt: string; status: RunStatus }> {
+    const run = await this.reconcile(await this.visible(ctx, runId));
+    return { createdAt: run.record.createdAt, status: run.status };
+  }
+
+  /** Calls `onChange` at each status change of the run (its channel) until the returned stop is called. */
+  watch(runId: string, onChange: () => void): Promise<() => void> {
+    return this.notes.watch(runId, onChange);
+  }
+
   async dismiss(ctx: ManagerContext, runId: string, cancel: boolean): Promise<DismissResult> {
     let run = await this.visible(ctx, runId);
     let cancelled = false;

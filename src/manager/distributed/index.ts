@@ -18,6 +18,8 @@ export function distributedRuns(settings: Settings): DistributedRuns | undefined
     dismiss: async (ctx, runId, cancel) => (await get()).dismiss(ctx, runId, cancel),
     restore: async (ctx, lineage) => (await get()).restore(ctx, lineage),
     readBytes: async (ctx, runId, part, offset, length) => (await get()).readBytes(ctx, runId, part, offset, length),
+    runState: async (ctx, runId) => (await get()).runState(ctx, runId),
+    watch: async (runId, onChange) => (await get()).watch(runId, onChange),
     everyRun: async (all) => (await get()).everyRun(all),
     collectGarbage: async (olderThanMs, dryRun) => (await get()).collectGarbage(olderThanMs, dryRun),
     resolveRunId: async (arg) => (await get()).resolveRunId(arg),
