@@ -212,6 +212,24 @@ describe.each(['local', 'redis'] as const)('the contract in %s mode', (mode) => 
     expect(sc(seen).adopted).toBe(true);
   }, 90_000);
 
+  it('status {} with waitMs wakes at the next change of any of the session\'s runs', async () => {
+    const r = await s().call('launch', { agent: 'sleeper', task: 'list wait' });
+    const runId = sc(r).runId as string;
+    for (let i = 0; i < 40; i++) {
+      const v = sc(await s().call('status', { runId, waitMs: 2000 }));
+      if (v.state === 'running') break;
+    }
+    // The cancel may reach the server before or after the wait starts: either way the wait answers with the
+    // cancelled run, never at the end of its 40 s.
+    const waiting = s().call('status', { waitMs: 40_000 });
+    await s().call('cancel', { runId });
+    const w = sc(await waiting);
+    const listed = w.runs.find((x: { runId: string }) => x.runId === runId);
+    expect(w.changed === true || listed.state === 'cancelled', JSON.stringify({ changed: w.changed, state: listed.state })).toBe(true);
+    expect(w.waitedMs).toBeLessThan(40_000);
+    await waitTerminal(s(), runId, 30_000);
+  }, 90_000);
+
   it('the session\'s list shows its runs', async () => {
     const v = sc(await s().call('status', {}));
     expect(v.runs.length).toBeGreaterThanOrEqual(5);

@@ -322,7 +322,7 @@ export class DistributedExecutor implements DistributedRuns {
 
   async status(ctx: ManagerContext, q: StatusQuery, o: { signal: AbortSignal }): Promise<StatusAnswer> {
     const waitMs = Math.min(q.waitMs ?? 0, ctx.settings.maxWaitMs);
-    if (q.runId === undefined) return this.list(ctx, q);
+    if (q.runId === undefined) return this.list(ctx, q, o.signal);
     const runId = q.runId;
     let run = await this.reconcile(await this.visible(ctx, runId));
     let info: WaitInfo | undefined;
@@ -361,10 +361,40 @@ export class DistributedExecutor implements DistributedRuns {
     return { kind: 'run', ...view, ...(info ?? {}) };
   }
 
-  private async list(ctx: ManagerContext, q: StatusQuery): Promise<StatusAnswer> {
-    const runs = await this.summaries([...(await this.runs.lineage(ctx.sessionId))], ctx.sessionId, q.all === true);
+  private async list(ctx: ManagerContext, q: StatusQuery, signal: AbortSignal): Promise<StatusAnswer> {
+    const sessions = [...(await this.runs.lineage(ctx.sessionId))];
+    let runs = await this.summaries(sessions, ctx.sessionId, q.all === true);
+    const waitMs = Math.min(q.waitMs ?? 0, ctx.settings.maxWaitMs);
+    let info: WaitInfo | undefined;
+    const active = runs.filter((r) => !isTerminalRun(r.state as RunStatus['state']));
+    if (waitMs > 0 && active.length === 0) info = { waitedMs: 0, changed: false };
+    else if (waitMs > 0) {
+      // The next change of any active run (their channels), or a run of the session appearing (the 1 s look).
+      const print = (list: RunSummary[]) => list.map((r) => `${r.runId}=${r.state}`).join(';');
+      const before = print(runs);
+      const start = performance.now();
+      let wake: () => void = () => {};
+      const stops = await Promise.all(active.map((r) => this.notes.watch(r.runId, () => wake())));
+      let changed = false;
+      try {
+        const end = start + waitMs;
+        while (!signal.aborted && performance.now() < end) {
+          await new Promise<void>((r) => {
+            const t = setTimeout(r, Math.min(1000, Math.max(0, end - performance.now())));
+            wake = () => { clearTimeout(t); r(); };
+            signal.addEventListener('abort', wake, { once: true });
+          });
+          for (const r of active) await this.runs.read(r.runId).then((x) => x && this.reconcile(x)).catch(() => null);
+          runs = await this.summaries(sessions, ctx.sessionId, q.all === true);
+          if (print(runs) !== before) { changed = true; break; }
+        }
+      } finally {
+        for (const stop of stops) stop();
+      }
+      info = { waitedMs: Math.round(performance.now() - start), changed };
+    }
     const c = await this.runs.counts();
-    return { kind: 'list', sessionId: ctx.sessionId, runs, capacity: { active: c.active, limit: ctx.settings.maxActiveRuns, queued: c.queued } };
+    return { kind: 'list', sessionId: ctx.sessionId, runs, capacity: { active: c.active, limit: ctx.settings.maxActiveRuns, queued: c.queued }, ...(info ?? {}) };
   }
 
   async cancel(ctx: ManagerContext, runId: string): Promise<CancelResult> {
