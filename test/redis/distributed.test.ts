@@ -369,6 +369,24 @@ describe('queue, load sharing and faults', () => {
   }, 120_000);
 });
 
+describe('nested delegation on a worker', () => {
+  it('an agent on a worker delegates through a nested server on that worker (its tree stays on that machine), and the Redis URL never reaches it', async () => {
+    const w = await startWorker('nesting');
+    writeAgent(path.join(w.home, 'agents'), 'delegate', { backend: 'command', command: ['node', path.join(FIXTURE_AGENTS, 'delegating-agent.mjs'), 'delegate'] });
+    const s = await mainServer();
+    const plan = { launches: [{ agent: 'echo', task: 'from the nested run' }], wait: true };
+    const fin = await waitTerminal(s, sc(await s.call('launch', { agent: 'delegate', task: JSON.stringify(plan) })).runId, 90_000);
+    expect(fin.state, JSON.stringify(fin.error)).toBe('completed');
+    const rep = JSON.parse(fin.output.text) as { env: Record<string, string>; results: Array<{ isError: boolean; text: string }>; finals: Array<{ state: string; output: { text: string } }> };
+    expect(rep.results.map((r) => r.isError), JSON.stringify(rep.results)).toEqual([false]);
+    expect(rep.finals[0]!.state).toBe('completed');
+    expect(rep.finals[0]!.output.text).toBe('from the nested run');
+    expect(JSON.stringify(rep.env)).not.toContain(redis.url);
+    expect(Object.keys(rep.env)).not.toContain('SUBAGENTS_REDIS_URL');
+    await stopWorker(w);
+  }, 120_000);
+});
+
 describe('the command line over Redis', () => {
   const cli = (args: string[]) => new Promise<{ code: number | null; out: string; err: string }>((resolve) => {
     const c = spawn(process.execPath, [MAIN_JS, ...args, '--redis', redis.url, '--home', path.join(t.base, 'cli-home')], { env: { PATH: process.env.PATH, HOME: process.env.HOME }, stdio: ['ignore', 'pipe', 'pipe'] });
