@@ -168,6 +168,26 @@ describe.each(['local', 'redis'] as const)('the contract in %s mode', (mode) => 
     await s().client.unsubscribeResource({ uri });
   }, 90_000);
 
+  it('queue: at a full home or pool a launch is queued with its place, and starts when the slot frees', async () => {
+    const env: Record<string, string> = { SUBAGENTS_HOME: homes[mode], SUBAGENTS_ROOTS: t.root, SUBAGENTS_MAX_ACTIVE_RUNS: '1', SUBAGENTS_KILL_GRACE_MS: '1000' };
+    if (mode === 'redis') env.SUBAGENTS_REDIS_URL = redis.url;
+    const one = await startServer(env);
+    extra.push(one);
+    const holder = sc(await one.call('launch', { agent: 'sleeper', task: 'holds the slot' })).runId as string;
+    const q = await one.call('launch', { agent: 'echo', task: 'waited its turn' });
+    expect(q.isError, textOf(q)).toBeFalsy();
+    expect(sc(q).state).toBe('queued');
+    expect(sc(q).queue).toEqual({ position: 1, length: 1 });
+    const refused = await one.call('launch', { agent: 'echo', task: 'x', queue: false });
+    expect(textOf(refused)).toMatch(/^CAPACITY_EXHAUSTED/);
+    const queuedId = sc(q).runId as string;
+    expect(sc(await one.call('status', { runId: queuedId })).queue).toEqual({ position: 1, length: 1 });
+    await one.call('cancel', { runId: holder });
+    const fin = await waitTerminal(one, queuedId, 60_000);
+    expect(fin.state).toBe('completed');
+    expect(fin.output.text).toBe('waited its turn');
+  }, 90_000);
+
   it('an unknown run id: RUN_NOT_FOUND', async () => {
     const r = await s().call('status', { runId: 'r-doesnotexist000000000000' });
     expect(r.isError).toBe(true);
