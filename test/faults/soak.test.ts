@@ -24,8 +24,12 @@ import { pidAlive, pidsWithArg, pidsWithToken, readRecord, sleep, tempFiles, unt
 const TARGET = Number(process.env.SUBAGENTS_SOAK_RUNS ?? 300);
 /** Launching stops at the target or after this long, whichever comes first (a loaded machine gets fewer runs, not a hang). */
 const LAUNCH_SECONDS = Number(process.env.SUBAGENTS_SOAK_SECONDS ?? 95);
-/** What the run must reach (only at the default target: a scaled-down run asserts its own target). */
-const MIN_ACCEPTED = Math.min(TARGET, 300);
+/**
+ * The least it must reach: a floor against a vacuous soak (everything refused), not a speed target. A 2-core machine
+ * alone reaches the 300 in ~95 s; one loaded by other work reaches fewer (~210–260 at a load average of 20), and how
+ * many is printed.
+ */
+const MIN_ACCEPTED = Math.min(TARGET, 100);
 const SERVERS = 4;
 const LAUNCHERS_PER_SERVER = 2;
 const LIMIT = 8;
@@ -144,6 +148,7 @@ describe.skipIf(process.platform !== 'linux')('soak', () => {
 
     // Every accepted launch is accounted for: its record exists and it is terminal (or provably alive).
     expect(accepted.size).toBeGreaterThanOrEqual(MIN_ACCEPTED);
+    expect(c.serverKills).toBeGreaterThan(0);
     const notTerminal: string[] = [];
     for (const id of runIds()) {
       const st = JSON.parse(fs.readFileSync(path.join(t.home, 'runs', id, 'status.json'), 'utf8'));
