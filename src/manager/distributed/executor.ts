@@ -460,7 +460,6 @@ export class DistributedExecutor implements DistributedRuns {
     this.notes.close();
     await this.queue.close();
     this.runs.redis.disconnect();
-    await sleep(0);
   }
 }
 
