@@ -100,9 +100,12 @@ export async function bundle() {
     // - dist/cli.js and its chunks, the command line (its commands load when used). Its `serve` imports server.js,
     //   so a process never holds two copies of the server's modules.
     // The YAML parser (~110 KiB) is dist/yaml.js, shared by both and loaded at the first agent file read.
+    // Distributed mode's executor with BullMQ and ioredis (~1.3 MiB) is dist/distributed.js, loaded only when
+    // SUBAGENTS_REDIS_URL is set: inside server.js it would be parsed at every start. Its copies of our shared modules
+    // are harmless (SubagentError's instanceof holds across copies: src/errors.ts).
     const linked = linkedFiles({
       './server-entry.js': './server.js', '../server-entry.js': './server.js',
-      './cli/program.js': './cli.js', yaml: './yaml.js',
+      './cli/program.js': './cli.js', yaml: './yaml.js', './executor.js': './distributed.js',
     });
     await esbuild.build({ entryPoints: { main: path.join(repo, 'src', 'main.ts') }, outdir: tmp, ...COMMON, plugins: [linked] });
     await esbuild.build({
@@ -118,6 +121,12 @@ export async function bundle() {
       ...COMMON,
       splitting: true,
       plugins: [linked],
+    });
+    await esbuild.build({
+      entryPoints: { distributed: path.join(repo, 'src', 'manager', 'distributed', 'executor.ts') },
+      outdir: tmp,
+      ...COMMON,
+      plugins: [linkedFiles({ yaml: './yaml.js' })],
     });
     await esbuild.build({
       stdin: { contents: "import yaml from 'yaml'; export default yaml;", resolveDir: repo, sourcefile: 'yaml-entry.js' },

@@ -33,6 +33,15 @@ export interface Settings {
   warmRunners: number;
   /** How long an idle runner waits to be claimed before it exits. */
   warmIdleMs: number;
+  /**
+   * The Redis of distributed mode (docs/scale-out.md); null: local mode, the state home alone. A credential: never
+   * logged, listed or passed to an agent (`redactRedisUrl`).
+   */
+  redisUrl: string | null;
+  /** The BullMQ queue a server submits to and a worker takes from, in distributed mode. */
+  pool: string;
+  /** A worker's job lock and stall check period: a dead worker's runs end RUNNER_LOST within about this long. */
+  stallIntervalMs: number;
   bins: Record<string, string>;
   cwd: string;
   sources: Record<string, SettingSource>;
@@ -58,7 +67,22 @@ const NUMBERS: NumberSetting[] = [
   { key: 'maxOutputBytes', env: 'SUBAGENTS_MAX_OUTPUT_BYTES', def: 64 * 1024 * 1024, min: 1024 },
   { key: 'warmRunners', env: 'SUBAGENTS_WARM_RUNNERS', def: 2, min: 0, max: 16 },
   { key: 'warmIdleMs', env: 'SUBAGENTS_WARM_IDLE_MS', def: 300_000, min: 1000, max: 86_400_000 },
+  { key: 'stallIntervalMs', env: 'SUBAGENTS_STALL_INTERVAL_MS', def: 30_000, min: 1000, max: 600_000 },
 ];
+
+/** `redis://` or `rediss://` with a host; anything else is refused before a connection is tried. */
+const REDIS_URL = /^rediss?:\/\/[^\s]+$/;
+const POOL_NAME = /^[A-Za-z0-9_.-]{1,64}$/;
+
+/** The Redis URL as it may be shown: scheme, host and port, never the user or the password. */
+export function redactRedisUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    return `${u.protocol}//${u.hostname}${u.port ? `:${u.port}` : ''}`;
+  } catch {
+    return 'redis://(unparsable)';
+  }
+}
 
 /** Each env variable's flag: SUBAGENTS_MAX_ACTIVE_RUNS → --max-active-runs. */
 export function flagName(envName: string): string {
@@ -110,6 +134,20 @@ export function loadSettings(env: NodeJS.ProcessEnv, flags: Record<string, strin
     throw new ConfigError('SUBAGENTS_SESSION_ID must be 16 to 128 characters of A-Z a-z 0-9 _ . : -');
   }
   const passEnvRaw = pick('passEnv', 'SUBAGENTS_PASS_ENV');
+  // `--redis` is the short form of `--redis-url`: a flag, so it wins over the environment too.
+  const redisFlag = flags['--redis'];
+  const redisRaw = typeof redisFlag === 'string' ? redisFlag : pick('redisUrl', 'SUBAGENTS_REDIS_URL');
+  if (typeof redisFlag === 'string') sources.redisUrl = 'flag';
+  let redisUrl: string | null = null;
+  if (redisRaw !== undefined) {
+    // The message never repeats the value: it is a credential.
+    let parsed: URL | null = null;
+    try { parsed = new URL(redisRaw.trim()); } catch { /* refused below */ }
+    if (!REDIS_URL.test(redisRaw.trim()) || !parsed || !parsed.hostname) throw new ConfigError('SUBAGENTS_REDIS_URL must be a redis:// or rediss:// URL with a host (redis://user:password@host:6379/0)');
+    redisUrl = redisRaw.trim();
+  }
+  const pool = pick('pool', 'SUBAGENTS_POOL') ?? 'default';
+  if (!POOL_NAME.test(pool)) throw new ConfigError('SUBAGENTS_POOL must be 1 to 64 characters of A-Z a-z 0-9 _ . -');
   const settings: Settings = {
     ...(out as Settings),
     home: path.resolve(cwd, homeRaw !== undefined ? home : home),
@@ -118,6 +156,8 @@ export function loadSettings(env: NodeJS.ProcessEnv, flags: Record<string, strin
     sessionId,
     agentsPath: splitList(pick('agentsPath', 'SUBAGENTS_AGENTS_PATH') ?? '', path.delimiter).map((r) => path.resolve(cwd, r)),
     passEnv: [...DEFAULT_PASS_ENV, ...(passEnvRaw ? passEnvRaw.split(/[\s,]+/).filter(Boolean) : [])],
+    redisUrl,
+    pool,
     bins: {},
     cwd,
     sources,

@@ -14,11 +14,23 @@ export type RunErrorCode = (typeof RUN_ERROR_CODES)[number];
  * The one error class of the project. Its message is shown to the model as is, so it must never contain a prompt,
  * an environment value, agent output or a stack: say what was wrong, with numbers, and what to do next.
  */
+/**
+ * Marks a SubagentError in the global symbol registry, so that `instanceof` holds for one made by another copy of this
+ * module: distributed mode's executor is bundled apart from the server (dist/distributed.js, scripts/bundle.mjs).
+ */
+const BRAND = Symbol.for('subagents-mcp.SubagentError');
+
 export class SubagentError extends Error {
   override readonly name = 'SubagentError';
   constructor(readonly code: ErrorCode, message: string, options?: { cause?: unknown }) {
     super(message, options);
+    Object.defineProperty(this, BRAND, { value: true });
   }
+
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    return typeof value === 'object' && value !== null && (value as Record<symbol, unknown>)[BRAND] === true;
+  }
+
   /** The text a refusal carries: the code first, so clients and models can branch on it. */
   get text(): string {
     return `${this.code}: ${this.message}`;

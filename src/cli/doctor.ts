@@ -49,6 +49,17 @@ export async function doctorCommand(ctx: ManagerContext, version: string, o: { j
   }
   if (r.passThrough.blocked.length) out(`  set but never passed: ${r.passThrough.blocked.join(' ')}`);
   out('');
+  if (r.distributed) {
+    const d = r.distributed;
+    out(`Distributed mode (pool ${d.pool})`);
+    out(`  ${mark(d.reachable)}  Redis ${d.url}${d.reachable ? `: version ${d.version}, persistence ${d.persistence?.aof ? 'AOF' : d.persistence?.rdb ? 'RDB snapshots only' : 'OFF'}` : `: ${d.problem}`}`);
+    if (d.reachable) {
+      out(`  runs now: ${d.active} active, ${d.queued} queued (across every server and worker)`);
+      if (!d.workers.length) out('  workers seen: none');
+      for (const w of d.workers) out(`  worker ${w.id} on ${w.host}: pool ${w.pool}, ${w.running} of ${w.concurrency} running, last heartbeat ${Math.round(w.lastSeenMs / 1000)} s ago`);
+    }
+    out('');
+  }
   out('Runs needing attention');
   if (!r.attention.length) out('  none');
   for (const a of r.attention) out(`  ${a.runId} (${a.state}): ${a.problem}`);

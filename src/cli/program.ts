@@ -3,6 +3,7 @@ import { flagName } from '../config.js';
 import { isSubagentError } from '../errors.js';
 import { CliError, EXIT_FAILURE, EXIT_USAGE, cliSettings, operatorContext, resolveRunId } from './context.js';
 import { SETTING_ENV_NAMES } from '../serve-flags.js';
+import { distributedRuns } from '../manager/distributed/index.js';
 
 type Flags = Record<string, string | string[] | undefined>;
 
@@ -25,6 +26,9 @@ const SETTING_HELP: Record<string, string> = {
   SUBAGENTS_MAX_WAIT_MS: 'ceiling for status long-polls (default 45000)',
   SUBAGENTS_HANDSHAKE_TIMEOUT_MS: 'how long a launch waits for its runner to report ready (default 10000)',
   SUBAGENTS_MAX_OUTPUT_BYTES: "bytes of one step's output kept on disk (default 64 MiB)",
+  SUBAGENTS_REDIS_URL: 'distributed mode: the Redis (redis:// or rediss://) runs are queued in; a credential (also --redis)',
+  SUBAGENTS_POOL: 'distributed mode: the queue a server submits to and a worker takes from (default "default")',
+  SUBAGENTS_STALL_INTERVAL_MS: "distributed mode: a worker's lock and stall check period (default 30000)",
 };
 
 /** Adds every setting's flag (`--max-active-runs <value>`, env SUBAGENTS_MAX_ACTIVE_RUNS) to a command. */
@@ -33,6 +37,7 @@ function withSettingFlags(cmd: Command): Command {
     cmd.addOption(new Option(`${flagName(env)} <value>`, `${SETTING_HELP[env] ?? ''} [env ${env}]`));
   }
   cmd.addOption(new Option('--root <dir>', 'a root directory (repeatable; same as SUBAGENTS_ROOTS)').argParser((v: string, prev: string[] | undefined) => [...(prev ?? []), v]));
+  cmd.addOption(new Option('--redis <url>', 'same as --redis-url'));
   return cmd;
 }
 
@@ -45,6 +50,26 @@ function settingsHelp(): string {
 
 function withHome(cmd: Command): Command {
   return cmd.addOption(new Option('--home <dir>', 'the state home (default: $SUBAGENTS_HOME, else $XDG_STATE_HOME/subagents-mcp or ~/.local/state/subagents-mcp)'));
+}
+
+/** Commands that also work over Redis (docs/scale-out.md): `--redis` (or SUBAGENTS_REDIS_URL) switches them. */
+function withRedis(cmd: Command): Command {
+  return withHome(cmd).addOption(new Option('--redis <url>', 'distributed mode: read the runs in this Redis (SUBAGENTS_REDIS_URL)'));
+}
+
+/**
+ * In distributed mode, runs `fn` with a context whose use cases go to Redis (and closes its connections after);
+ * null in local mode.
+ */
+async function overRedis(cmd: Command, fn: (ctx: ReturnType<typeof operatorContext>) => Promise<number>): Promise<number | null> {
+  const settings = cliSettings(settingFlags(cmd));
+  if (!settings.redisUrl) return null;
+  const ctx = { ...operatorContext(settings, process.env, { requireSafeHome: false }), distributed: distributedRuns(settings) };
+  try {
+    return await fn(ctx);
+  } finally {
+    await ctx.distributed?.close();
+  }
 }
 
 /** Commander's parsed options back to the `{ '--max-active-runs': '4' }` shape loadSettings reads. */
@@ -114,23 +139,32 @@ Examples:
     .action(act(async (o: { json?: boolean }, cmd: Command) => {
       const { doctorCommand } = await import('./doctor.js');
       const settings = cliSettings(settingFlags(cmd));
-      return doctorCommand(operatorContext(settings, process.env, { requireSafeHome: false }), version, o, out);
+      const ctx = { ...operatorContext(settings, process.env, { requireSafeHome: false }), distributed: distributedRuns(settings) };
+      try {
+        return await doctorCommand(ctx, version, o, out);
+      } finally {
+        await ctx.distributed?.close();
+      }
     }));
 
-  withHome(program.command('runs').description("every session's runs in the state home, newest first"))
+  withRedis(program.command('runs').description("every session's runs in the state home, newest first"))
     .option('--json', 'machine-readable output')
     .option('--state <states>', 'only these states (comma list of starting, running, completed, failed, cancelled, active, terminal)')
     .option('--session <id>', 'only runs of this session (a prefix is enough)')
     .option('-a, --all', 'include dismissed runs')
     .action(act(async (o: { json?: boolean; state?: string; session?: string; all?: boolean }, cmd: Command) => {
+      const remote = await overRedis(cmd, async (ctx) => (await import('./distributed.js')).distributedRuns(ctx, o, out));
+      if (remote !== null) return remote;
       const { runsCommand } = await import('./runs.js');
       return runsCommand(operator(cmd), o, out);
     }));
 
-  withHome(program.command('show').description('the whole run: steps, children, evidence (pids, exit codes, byte counts) and the paths of its files'))
+  withRedis(program.command('show').description('the whole run: steps, children, evidence (pids, exit codes, byte counts) and the paths of its files'))
     .argument('<runId>', 'a run id, or a unique prefix of one')
     .option('--json', 'machine-readable output')
     .action(act(async (id: string, o: { json?: boolean }, cmd: Command) => {
+      const remote = await overRedis(cmd, async (ctx) => (await import('./distributed.js')).distributedShow(ctx, id, out));
+      if (remote !== null) return remote;
       const { runDetail, renderDetail } = await import('./show.js');
       const ctx = operator(cmd);
       const d = await runDetail(ctx, resolveRunId(ctx, id));
@@ -139,28 +173,34 @@ Examples:
       return 0;
     }));
 
-  withHome(program.command('logs').description("a run's output; with --follow, as it is written until the run ends"))
+  withRedis(program.command('logs').description("a run's output; with --follow, as it is written until the run ends"))
     .argument('<runId>', 'a run id, or a unique prefix of one')
     .option('-f, --follow', 'keep printing until the run ends; the exit code is then 0 only if it completed')
     .option('--raw', "for CLIs whose output is parsed (claude, codex …): their raw machine-readable stream, which grows while they run")
     .action(act(async (id: string, o: { follow?: boolean; raw?: boolean }, cmd: Command) => {
+      const remote = await overRedis(cmd, async (ctx) => (await import('./distributed.js')).distributedLogs(ctx, id, o, (s) => process.stdout.write(s)));
+      if (remote !== null) return remote;
       const { logsCommand } = await import('./logs.js');
       const ctx = operator(cmd);
       return logsCommand(ctx, resolveRunId(ctx, id), o);
     }));
 
-  withHome(program.command('cancel').description('stop a run and its whole tree (SIGTERM, then SIGKILL after the grace), verified gone'))
+  withRedis(program.command('cancel').description('stop a run and its whole tree (SIGTERM, then SIGKILL after the grace), verified gone'))
     .argument('<runId>', 'a run id, or a unique prefix of one')
     .action(act(async (id: string, _o: unknown, cmd: Command) => {
+      const remote = await overRedis(cmd, async (ctx) => (await import('./distributed.js')).distributedCancel(ctx, id, out));
+      if (remote !== null) return remote;
       const { cancelCommand } = await import('./control.js');
       const ctx = operator(cmd);
       return cancelCommand(ctx, resolveRunId(ctx, id), out);
     }));
 
-  withHome(program.command('dismiss').description('hide an ended run from listings (it stays readable with show)'))
+  withRedis(program.command('dismiss').description('hide an ended run from listings (it stays readable with show)'))
     .argument('<runId>', 'a run id, or a unique prefix of one')
     .option('--cancel', 'cancel the run first if it is still active')
     .action(act(async (id: string, o: { cancel?: boolean }, cmd: Command) => {
+      const remote = await overRedis(cmd, async (ctx) => (await import('./distributed.js')).distributedDismiss(ctx, id, o, out));
+      if (remote !== null) return remote;
       const { dismissCommand } = await import('./control.js');
       const ctx = operator(cmd);
       return dismissCommand(ctx, resolveRunId(ctx, id), o, out);
@@ -183,12 +223,32 @@ Examples:
       return uiCommand(operator(cmd), o, out);
     }));
 
-  withHome(program.command('gc').description('remove dismissed or ended runs past retention, with their files; never an active run'))
+  withSettingFlags(program.command('worker').description('distributed mode: take runs from the pool\'s queue in Redis and run them on this machine (docs/scale-out.md); needs --redis'))
+    .option('--concurrency <n>', 'runs at once on this machine (default 2)', '2')
+    .option('--drain-timeout <ms>', 'on SIGTERM: how long running runs may finish before they are cancelled (default 60000)', '60000')
+    .action(act(async (o: { concurrency: string; drainTimeout: string }, cmd: Command) => {
+      const settings = cliSettings(settingFlags(cmd));
+      if (!settings.redisUrl) throw new CliError('worker needs --redis <url> (or SUBAGENTS_REDIS_URL)', EXIT_USAGE);
+      const concurrency = Number(o.concurrency);
+      const drainTimeoutMs = Number(o.drainTimeout);
+      if (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 256) throw new CliError('--concurrency must be a whole number from 1 to 256', EXIT_USAGE);
+      if (!Number.isInteger(drainTimeoutMs) || drainTimeoutMs < 0) throw new CliError('--drain-timeout must be a whole number of ms', EXIT_USAGE);
+      const { runWorker } = await import('../worker/worker.js');
+      const roots = settings.explicitRoots ?? [];
+      const home = settings.sources.home === 'default' ? null : settings.home;
+      const code = await runWorker(settings, { concurrency, roots, home, drainTimeoutMs }, (line) => process.stderr.write(`subagents-mcp worker: ${line}\n`));
+      // Drained and disconnected: what is left (file watches of the worker's home) must not keep it alive.
+      process.exit(code);
+    }));
+
+  withRedis(program.command('gc').description('remove dismissed or ended runs past retention, with their files; never an active run'))
     .option('--older-than <age>', 'retention: runs that ended longer ago than this (30d, 12h, 90m, 2w)', '30d')
     .option('--dry-run', 'report what would be removed, remove nothing')
     .option('--branches', 'also delete the git branches (subagents/<runId>/…) of the isolated runs removed')
     .option('--json', 'machine-readable output')
     .action(act(async (o: { olderThan: string; dryRun?: boolean; json?: boolean; branches?: boolean }, cmd: Command) => {
+      const remote = await overRedis(cmd, async (ctx) => (await import('./distributed.js')).distributedGc(ctx, o, out));
+      if (remote !== null) return remote;
       const { gcCommand } = await import('./gc.js');
       return gcCommand(operator(cmd), o, out);
     }));

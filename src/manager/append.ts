@@ -21,6 +21,7 @@ export interface AppendResult {
  * skipped/cancelled) or refused with RUN_NOT_ACTIVE. The fan-out claim is taken in the same critical section.
  */
 export async function appendStep(ctx: ManagerContext, runId: string, entry: ChainEntryInput): Promise<AppendResult> {
+  if (ctx.distributed) return ctx.distributed.append(ctx, runId, entry);
   const meta = requireVisible(ctx, runId);
   const record = ctx.store.readRecord(runId)!;
   if (record.mode !== 'chain') {

@@ -28,6 +28,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
  * (stopped, wedged) is stopped from here, identity-checked, and the run recorded cancelled.
  */
 export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?: (elapsedMs: number) => void): Promise<CancelResult> {
+  if (ctx.distributed) return ctx.distributed.cancel(ctx, runId);
   requireVisible(ctx, runId);
   let s = await freshStatus(ctx, runId);
   // A queued run ends at once, its claims returned (docs/limits.md, "The queue"); so does one whose hand-off died

@@ -4,6 +4,14 @@ import { fileStatePorts, type StatePorts } from '../lifecycle/state-ports.js';
 import type { Layout } from '../store/layout.js';
 import type { CapacityLedger, RunStore, SessionRegistry } from '../store/ports.js';
 import type { NestingContext } from './nesting.js';
+import type { ChainEntryInput, LaunchInput, LaunchResult } from './launch.js';
+import type { AppendResult } from './append.js';
+import type { StatusAnswer, StatusQuery } from './run-status.js';
+import type { CancelResult } from './cancel.js';
+import type { DismissResult } from './dismiss.js';
+import type { RestoreResult } from './sessions.js';
+import type { RunSummary } from './status-view.js';
+import type { RunStatus } from '../store/run-types.js';
 
 /** Everything a use-case needs: settings, the state home, who we are. Built once per server process. */
 export interface ManagerContext {
@@ -25,6 +33,46 @@ export interface ManagerContext {
   /** The environment this server was started with (agents get an allowlisted part of it). */
   env: NodeJS.ProcessEnv;
   log: (line: string) => void;
+  /**
+   * Distributed mode (SUBAGENTS_REDIS_URL, docs/scale-out.md): launch, status and cancel go to Redis and the pool's
+   * workers instead of this home's runners. Absent in local mode.
+   */
+  distributed?: DistributedRuns;
+}
+
+/** The use cases that distributed mode serves from Redis (src/manager/distributed/). */
+export interface DistributedRuns {
+  launch(ctx: ManagerContext, input: LaunchInput): Promise<LaunchResult>;
+  status(ctx: ManagerContext, q: StatusQuery, o: { signal: AbortSignal }): Promise<StatusAnswer>;
+  cancel(ctx: ManagerContext, runId: string): Promise<CancelResult>;
+  dismiss(ctx: ManagerContext, runId: string, cancel: boolean): Promise<DismissResult>;
+  append(ctx: ManagerContext, runId: string, entry: ChainEntryInput): Promise<AppendResult>;
+  /** Adopts the runs of the named sessions and their ancestors; the lineage is kept in Redis. */
+  restore(ctx: ManagerContext, lineage: string[]): Promise<RestoreResult>;
+  /** Bytes of a run's stored output, a step's, or its events as JSON lines, for the MCP resources; RUN_NOT_FOUND if not visible. */
+  readBytes(ctx: ManagerContext, runId: string, part: 'output' | 'events' | { step: string }, offset: number, length: number): Promise<{ buf: Buffer; size: number }>;
+  runState(ctx: ManagerContext, runId: string): Promise<{ createdAt: string; status: RunStatus }>;
+  watch(runId: string, onChange: () => void): Promise<() => void>;
+  /** The command line's view: every run (newest first), and a run id from a unique prefix. */
+  everyRun(all: boolean): Promise<RunSummary[]>;
+  resolveRunId(arg: string): Promise<string>;
+  collectGarbage(olderThanMs: number, dryRun: boolean): Promise<{ removed: Array<{ runId: string; endedAt: string; dismissed: boolean }>; keptActive: number; keptRecent: number; dryRun: boolean }>;
+  /** For doctor: Redis reachable, its version and persistence, the workers seen by heartbeat. */
+  health(): Promise<DistributedHealth>;
+  close(): Promise<void>;
+}
+
+export interface DistributedHealth {
+  url: string;
+  pool: string;
+  reachable: boolean;
+  problem?: string;
+  version?: string;
+  persistence?: { aof: boolean; rdb: boolean };
+  /** Workers whose last heartbeat is recent (within three stall intervals), per pool. */
+  workers: Array<{ id: string; host: string; pool: string; concurrency: number; running: number; lastSeenMs: number }>;
+  active?: number;
+  queued?: number;
 }
 
 /** The built runner entry and the bundled agents (src/paths.ts: correct in the tsc build and in the bundle). */

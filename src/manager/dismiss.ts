@@ -9,6 +9,7 @@ export interface DismissResult { runId: string; state: string; dismissed: true; 
 
 /** Hides a run from listings (it stays readable by id). Never frees capacity by itself: an active run needs cancel. */
 export async function dismissRun(ctx: ManagerContext, runId: string, cancel: boolean): Promise<DismissResult> {
+  if (ctx.distributed) return ctx.distributed.dismiss(ctx, runId, cancel);
   requireVisible(ctx, runId);
   let s = await freshStatus(ctx, runId);
   let didCancel = false;

@@ -3,7 +3,7 @@ import path from 'node:path';
 import { adapterFor } from '../agents/adapters/index.js';
 import { globToRegExp, isNeverPass } from '../agents/agent-env.js';
 import { BACKENDS, type Backend } from '../agents/types.js';
-import { flagName, type Settings } from '../config.js';
+import { flagName, redactRedisUrl, type Settings } from '../config.js';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { readEvents } from '../store/event-log.js';
 import { waitingOrder } from '../lifecycle/queue.js';
@@ -12,7 +12,7 @@ import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { checkStateHome } from '../store/state-home.js';
 import { CLAUDE_ROOT_WARNING, listAgents, listBackends } from './agent-list.js';
 import { loadFullCatalog } from './agent-resolver.js';
-import type { ManagerContext } from './context.js';
+import type { DistributedHealth, ManagerContext } from './context.js';
 import { warmPoolCount } from './warm-pool.js';
 import { listAll } from './listing.js';
 import { diskBytes } from './gc.js';
@@ -50,6 +50,8 @@ export interface DoctorReport {
   };
   capacity: { activeRuns: number; maxActiveRuns: number; liveAgents: number; maxAgents: number; queued: number; oldestQueuedMs: number | null; maxQueued: number };
   attention: Array<{ runId: string; state: string; problem: string }>;
+  /** Distributed mode only (docs/scale-out.md). */
+  distributed?: DistributedHealth;
   problems: string[];
   warnings: string[];
 }
@@ -78,6 +80,10 @@ function settingRows(s: Settings, warmIdle: number): DoctorReport['settings'] {
   add('SUBAGENTS_MAX_OUTPUT_BYTES', 'maxOutputBytes', String(s.maxOutputBytes));
   add('SUBAGENTS_WARM_RUNNERS', 'warmRunners', s.warmRunners === 0 ? '0 (a runner boots per launch)' : `${s.warmRunners} (${warmIdle} idle in this home now; after a burst, up to 8 for one idle time)`);
   add('SUBAGENTS_WARM_IDLE_MS', 'warmIdleMs', String(s.warmIdleMs));
+  // The URL carries the password: scheme, host and port only.
+  add('SUBAGENTS_REDIS_URL', 'redisUrl', s.redisUrl ? `${redactRedisUrl(s.redisUrl)} (distributed mode)` : '(none: local mode)');
+  add('SUBAGENTS_POOL', 'pool', s.pool);
+  add('SUBAGENTS_STALL_INTERVAL_MS', 'stallIntervalMs', String(s.stallIntervalMs));
   for (const [b, bin] of Object.entries(s.bins)) rows.push({ env: `SUBAGENTS_BIN_${b.toUpperCase()}`, flag: '-', value: bin, source: 'env' });
   return rows;
 }
@@ -182,6 +188,15 @@ export async function runDoctor(ctx: ManagerContext, version: string): Promise<D
     warnings.push(`session registry file ${f} does not parse; the adoptions it recorded are rebuilt from the runs' adoption markers, so listings and restore still work. Its server rewrites it while it runs; otherwise remove it`);
   }
   if (process.platform === 'win32') warnings.push('launch is not supported on Windows (PLATFORM_UNSUPPORTED); agents and doctor work');
+  const distributed = ctx.distributed ? await ctx.distributed.health() : undefined;
+  if (distributed) {
+    if (!distributed.reachable) problems.push(`Redis (${distributed.url}) is not usable: ${distributed.problem ?? 'unknown'}; launches answer BUSY until it is`);
+    else {
+      if (!distributed.persistence?.aof && !distributed.persistence?.rdb) warnings.push(`Redis (${distributed.url}) has persistence off: a Redis restart loses every run, queue and slot (turn on appendonly yes)`);
+      else if (!distributed.persistence?.aof) warnings.push(`Redis (${distributed.url}) saves RDB snapshots only: launches acknowledged since the last snapshot are lost in a restart (turn on appendonly yes)`);
+      if (!distributed.workers.some((w) => w.pool === s.pool)) warnings.push(`no worker of pool ${s.pool} has sent a heartbeat recently: launches wait in the queue until one starts (subagents-mcp worker --pool ${s.pool})`);
+    }
+  }
 
   return {
     version,
@@ -195,6 +210,7 @@ export async function runDoctor(ctx: ManagerContext, version: string): Promise<D
     passThrough: { patterns: s.passEnv, set: passed, credentials, blocked },
     capacity: { activeRuns: Object.keys(ledger.roots).length, maxActiveRuns: s.maxActiveRuns, liveAgents: Object.keys(ledger.agents).length, maxAgents: s.maxAgents, ...queueFigures(ledger), maxQueued: s.maxQueued },
     attention,
+    ...(distributed ? { distributed } : {}),
     problems,
     warnings,
   };

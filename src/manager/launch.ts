@@ -104,6 +104,7 @@ function capacityRefusal(ctx: ManagerContext, counts: string): SubagentError {
  * report must name that same identity before the bind counts and proceed is sent (docs/architecture.md, "Launch").
  */
 export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signal: AbortSignal; onProgress?: (phase: string) => void }): Promise<LaunchResult> {
+  if (ctx.distributed) return ctx.distributed.launch(ctx, input);
   const { settings } = ctx;
   if (process.platform === 'win32') throw new SubagentError('PLATFORM_UNSUPPORTED', 'launch needs Linux or macOS (process groups and detached runners); agents and doctor work on Windows.');
   if (input.timeoutMs !== undefined && input.timeoutMs > settings.maxTimeoutMs) {
@@ -422,6 +423,8 @@ function runnerEnv(ctx: ManagerContext, steps: StepSpec[], passEnv: string[], ap
     delete env.NODE_EXTRA_CA_CERTS;
   }
   if (ctx.env.SUBAGENTS_TEST_FAULT) env.SUBAGENTS_TEST_FAULT = ctx.env.SUBAGENTS_TEST_FAULT;
+  // A worker's runs (docs/scale-out.md, "Failures"): the runner stops its agents when the worker that started it dies.
+  if (ctx.env.SUBAGENTS_SUPERVISOR) env.SUBAGENTS_SUPERVISOR = ctx.env.SUBAGENTS_SUPERVISOR;
   return env;
 }
 

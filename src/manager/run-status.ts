@@ -130,6 +130,7 @@ async function waitUntil(dirs: string[], waitMs: number, signal: AbortSignal, ch
 }
 
 export async function getStatus(ctx: ManagerContext, q: StatusQuery, o: { signal: AbortSignal; onProgress?: (elapsedMs: number, message: string) => void }): Promise<StatusAnswer> {
+  if (ctx.distributed) return ctx.distributed.status(ctx, q, o);
   const waitMs = Math.min(q.waitMs ?? 0, ctx.settings.maxWaitMs);
   // Every listing repairs the queue (a slot freed by a process that died before handing it over, a run past its
   // queue timeout): docs/limits.md, "The queue".

@@ -120,6 +120,7 @@ export function nestedRestoreRefusal(): SubagentError {
 /** docs/contract.md, "Tools": adopt every non-dismissed run of the named sessions and their ancestors, and record the relation. */
 export async function restore(ctx: ManagerContext, view: SessionView, lineage: string[]): Promise<RestoreResult> {
   if (ctx.nesting) throw nestedRestoreRefusal();
+  if (ctx.distributed) return ctx.distributed.restore(ctx, lineage);
   const all = listAll(ctx);
   const ownersWithRuns = new Set(all.map((m) => m.sessionId));
   const known: string[] = [];

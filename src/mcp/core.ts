@@ -1,5 +1,5 @@
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import type { CallToolResult, CreateTaskResult, Task } from '@modelcontextprotocol/sdk/types.js';
+import { ErrorCode, McpError, type CallToolResult, type CreateTaskResult, type Task } from '@modelcontextprotocol/sdk/types.js';
 import type { Settings } from '../config.js';
 import { SubagentError } from '../errors.js';
 import { newSessionId } from '../ids.js';
@@ -10,6 +10,7 @@ import { realpathOrNull } from '../realpath.js';
 import { SessionView } from '../manager/sessions.js';
 import { Sweeper } from '../manager/sweep.js';
 import { startWarmPool } from '../manager/warm-pool.js';
+import { distributedRuns } from '../manager/distributed/index.js';
 import { DASHBOARD_URI, readAppResource } from './app-resource.js';
 import { completeArgument, listResources, readResource, requireResource, RESOURCE_TEMPLATES } from './resources.js';
 import { refusal } from './results.js';
@@ -36,6 +37,7 @@ export function buildContext(settings: Settings, env: NodeJS.ProcessEnv, clientR
     settings, layout, store, ledger, sessionRegistry, sessionId, server, nesting, env, log,
     roots: () => explicit ?? clientRoots() ?? fallback,
     visibleSessions: () => sessions.visible(),
+    distributed: distributedRuns(settings),
   };
   return { ctx, sessions };
 }
@@ -54,7 +56,7 @@ export interface Core {
   callTool: (name: string, args: Record<string, unknown>, extra: ToolExtra) => Promise<CallToolResult>;
   listResources: (cursor: string | undefined) => ReturnType<typeof listResources>;
   readResource: (uri: string) => ReturnType<typeof readResource>;
-  subscribe: (uri: string) => void;
+  subscribe: (uri: string) => void | Promise<void>;
   unsubscribe: (uri: string) => void;
   complete: (name: string, value: string, context: Record<string, string> | undefined) => ReturnType<typeof completeArgument>;
   resourceTemplates: typeof RESOURCE_TEMPLATES;
@@ -67,6 +69,24 @@ export interface Core {
   stop: () => void;
 }
 
+/** Distributed mode's resource subscriptions: uri → stop listening on the run's channel. */
+const distributedSubscriptions = new Map<string, () => void>();
+
+/** A run's resources are updated at each change published on its channel (docs/scale-out.md, "What lives in Redis"). */
+async function subscribeDistributed(ctx: ManagerContext, server: Server, uri: string): Promise<void> {
+  const runId = /^subagents:\/\/runs\/([^/?#]+)/.exec(uri)?.[1];
+  if (!runId) throw new McpError(ErrorCode.InvalidParams, `Resource not found: ${uri.slice(0, 200)}`);
+  try {
+    await ctx.distributed!.runState(ctx, runId);
+  } catch (e) {
+    if (e instanceof SubagentError && e.code === 'RUN_NOT_FOUND') throw new McpError(ErrorCode.InvalidParams, `Resource not found: ${uri.slice(0, 200)}`);
+    throw e;
+  }
+  if (distributedSubscriptions.has(uri)) return;
+  const stop = await ctx.distributed!.watch(runId, () => { server.sendResourceUpdated({ uri }).catch(() => {}); });
+  distributedSubscriptions.set(uri, stop);
+}
+
 /** Builds the context and starts following runs (watcher) and the state home (sweeper). */
 export function startCore(o: CoreOptions): Core {
   const { ctx, sessions } = buildContext(o.settings, o.env, o.clientRoots, o.log);
@@ -76,7 +96,8 @@ export function startCore(o: CoreOptions): Core {
   const env: ToolEnv = { ctx, shutdown: o.shutdown, sessions: ctx.nesting ? null : sessions, onListChanged: (c) => watcher.listChanged(c?.existing ?? false) };
   watcher.start();
   const stopSweeper = new Sweeper(ctx).start();
-  const stopWarmPool = startWarmPool(ctx);
+  // Distributed mode starts no local runner: its workers do (docs/scale-out.md).
+  const stopWarmPool = ctx.distributed ? () => {} : startWarmPool(ctx);
   return {
     callTool: async (name, args, extra) => {
       const tool = loadTool(name);
@@ -90,8 +111,11 @@ export function startCore(o: CoreOptions): Core {
     listResources: (cursor) => listResources(ctx, cursor),
     readResource: async (uri) => (uri === DASHBOARD_URI ? readAppResource() : readResource(ctx, uri)),
     // Subscribing to a run this session cannot see answers the same not-found error as reading it.
-    subscribe: (uri) => { requireResource(ctx, uri); watcher.subscribe(uri); },
-    unsubscribe: (uri) => watcher.unsubscribe(uri),
+    subscribe: async (uri) => {
+      if (ctx.distributed) return subscribeDistributed(ctx, o.server, uri);
+      requireResource(ctx, uri); watcher.subscribe(uri);
+    },
+    unsubscribe: (uri) => { distributedSubscriptions.get(uri)?.(); distributedSubscriptions.delete(uri); watcher.unsubscribe(uri); },
     complete: (name, value, context) => completeArgument(ctx, name, value, context),
     resourceTemplates: RESOURCE_TEMPLATES,
     createTask: async (name, args, extra) => {
@@ -107,6 +131,10 @@ export function startCore(o: CoreOptions): Core {
       watcher.poke();
       return t;
     },
-    stop: () => { watcher.stop(); stopSweeper(); stopWarmPool(); },
+    stop: () => {
+      watcher.stop(); stopSweeper(); stopWarmPool();
+      for (const stop of distributedSubscriptions.values()) stop();
+      void ctx.distributed?.close();
+    },
   };
 }

@@ -1,6 +1,7 @@
 import { isAscii } from 'node:buffer';
 import { McpError, ErrorCode, type ReadResourceResult, type Resource } from '@modelcontextprotocol/sdk/types.js';
 import type { ManagerContext } from '../manager/context.js';
+import { SubagentError } from '../errors.js';
 import { listVisible, listVisibleRuns, readMeta, requireVisible } from '../manager/listing.js';
 import { readFileBytes } from '../manager/run-files.js';
 import { freshStatus } from '../manager/run-status.js';
@@ -48,10 +49,27 @@ function newerFirst(a: Cursor, b: Cursor): number {
  * The session's non-dismissed runs, newest first, `pageSize` at a time. The cursor names the last run of the previous
  * page (not an offset), so runs launched between two pages neither repeat nor push others out.
  */
-export function listResources(ctx: ManagerContext, cursor?: string, pageSize = PAGE_SIZE): { resources: Resource[]; nextCursor?: string } {
+export function listResources(ctx: ManagerContext, cursor?: string, pageSize = PAGE_SIZE): { resources: Resource[]; nextCursor?: string } | Promise<{ resources: Resource[]; nextCursor?: string }> {
+  if (ctx.distributed) return listDistributedResources(ctx, ctx.distributed, cursor, pageSize);
   const after = cursor ? decodeCursor(cursor) : null;
   const runs = listVisibleRuns(ctx).filter((r) => !r.dismissed).map((r) => r.meta).sort(newerFirst)
     .filter((m) => after === null || newerFirst(m, after) > 0);
+  const page = runs.slice(0, pageSize);
+  const last = page.at(-1);
+  return {
+    resources: page.map((m) => ({
+      uri: runUri(m.runId), name: m.runId, title: `${m.mode} run of ${m.agents.join(', ')}${m.label ? ` — ${m.label}` : ''}`.slice(0, 200),
+      mimeType: 'application/json',
+    })),
+    ...(runs.length > pageSize && last ? { nextCursor: encodeCursor(last) } : {}),
+  };
+}
+
+/** Distributed mode: the session's runs from Redis, paged by the same cursor. */
+async function listDistributedResources(ctx: ManagerContext, d: NonNullable<ManagerContext['distributed']>, cursor: string | undefined, pageSize: number): Promise<{ resources: Resource[]; nextCursor?: string }> {
+  const after = cursor ? decodeCursor(cursor) : null;
+  const answer = await d.status(ctx, {}, { signal: new AbortController().signal });
+  const runs = (answer.kind === 'list' ? answer.runs : []).sort(newerFirst).filter((m) => after === null || newerFirst(m, after) > 0);
   const page = runs.slice(0, pageSize);
   const last = page.at(-1);
   return {
@@ -80,8 +98,8 @@ function incompleteTail(buf: Buffer): number {
  * A page of a text file that starts and ends on character boundaries (JSON-lines files: on line boundaries), so
  * pages never carry a broken character and their concatenation is the file. `next` is the offset to continue at.
  */
-function readPage(file: string, offset: number, length: number, lines: boolean): { text: string; start: number; next: number; size: number } {
-  const read = readFileBytes(file, offset, length + 3);
+function readPage(reader: (offset: number, length: number) => { buf: Buffer; size: number }, offset: number, length: number, lines: boolean): { text: string; start: number; next: number; size: number } {
+  const read = reader(offset, length + 3);
   const { size } = read;
   let buf = read.buf;
   let start = offset;
@@ -150,6 +168,7 @@ function intParam(q: URLSearchParams, name: string, def: number): number {
 }
 
 export async function readResource(ctx: ManagerContext, uri: string): Promise<ReadResourceResult> {
+  if (ctx.distributed) return readDistributedResource(ctx, ctx.distributed, uri);
   const p = requireResource(ctx, uri);
   const { runId } = p;
   const offset = intParam(p.query, 'offset', 0);
@@ -161,7 +180,7 @@ export async function readResource(ctx: ManagerContext, uri: string): Promise<Re
     return { contents: [{ uri, mimeType: 'application/json', text: JSON.stringify(renderRun(ctx, record, status, MAX_OUTPUT_BYTES)) }] };
   }
   if (p.part === 'events') {
-    const page = readPage(paths.events, offset, length, true);
+    const page = readPage((o, l) => readFileBytes(paths.events, o, l), offset, length, true);
     // Readers skip torn or garbled lines (docs/contract.md, invariant 6).
     const text = page.text.split('\n').filter((line) => {
       if (line.trim() === '') return false;
@@ -176,7 +195,30 @@ export async function readResource(ctx: ManagerContext, uri: string): Promise<Re
     if (!exists) throw notFound(uri);
   }
   const file = p.part === 'step' ? paths.output(p.stepKey!) : p.part === 'patch' ? paths.patch(p.stepKey!) : paths.runOutput;
-  return { contents: [pagedContent(uri, p.part === 'patch' ? 'text/x-diff' : 'text/plain', readPage(file, offset, length, false), length)] };
+  return { contents: [pagedContent(uri, p.part === 'patch' ? 'text/x-diff' : 'text/plain', readPage((o, l) => readFileBytes(file, o, l), offset, length, false), length)] };
+}
+
+/** Distributed mode: the same resources, read from Redis (docs/scale-out.md, "What lives in Redis"). */
+async function readDistributedResource(ctx: ManagerContext, d: NonNullable<ManagerContext['distributed']>, uri: string): Promise<ReadResourceResult> {
+  const p = parseUri(uri);
+  if (!p) throw notFound(uri);
+  const offset = intParam(p.query, 'offset', 0);
+  const length = Math.max(1, Math.min(MAX_READ_BYTES, intParam(p.query, 'length', MAX_READ_BYTES)));
+  if (p.part === 'patch') throw notFound(uri);
+  try {
+    if (p.part === 'status') {
+      const answer = await d.status(ctx, { runId: p.runId, outputBytes: MAX_OUTPUT_BYTES }, { signal: new AbortController().signal });
+      const { kind: _kind, ...view } = answer;
+      return { contents: [{ uri, mimeType: 'application/json', text: JSON.stringify(view) }] };
+    }
+    const part = p.part === 'step' ? { step: p.stepKey! } : p.part;
+    const got = await d.readBytes(ctx, p.runId, part, offset, length + 3);
+    const page = readPage(() => got, offset, length, p.part === 'events');
+    return { contents: [pagedContent(uri, p.part === 'events' ? 'application/x-ndjson' : 'text/plain', page, length)] };
+  } catch (e) {
+    if (e instanceof SubagentError && e.code === 'RUN_NOT_FOUND') throw notFound(uri);
+    throw e;
+  }
 }
 
 /** At most this many completion values per answer (the protocol's limit); `total` says how many matched. */

@@ -94,7 +94,7 @@ export function createServer(o: Omit<CoreOptions, 'server'> & {
   server.setRequestHandler(ListResourcesRequestSchema, async (req) => (await core()).listResources(req.params?.cursor));
   server.setRequestHandler(ListResourceTemplatesRequestSchema, async () => ({ resourceTemplates: (await core()).resourceTemplates }));
   server.setRequestHandler(ReadResourceRequestSchema, async (req) => (await core()).readResource(req.params.uri));
-  server.setRequestHandler(SubscribeRequestSchema, async (req) => { (await core()).subscribe(req.params.uri); return {}; });
+  server.setRequestHandler(SubscribeRequestSchema, async (req) => { await (await core()).subscribe(req.params.uri); return {}; });
   server.setRequestHandler(UnsubscribeRequestSchema, async (req) => { (await core()).unsubscribe(req.params.uri); return {}; });
   server.setRequestHandler(CompleteRequestSchema, async (req) => {
     const arg = req.params.argument;

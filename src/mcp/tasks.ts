@@ -43,6 +43,7 @@ function asMcpError(r: CallToolResult, code = ErrorCode.InvalidParams): McpError
 /** The run behind `taskId`, as this session may see it; anything else is the spec's invalid-params "not found". */
 async function runOf(env: ToolEnv, taskId: string): Promise<{ createdAt: string; status: RunStatus }> {
   try {
+    if (env.ctx.distributed) return await env.ctx.distributed.runState(env.ctx, taskId);
     const { createdAt } = requireVisible(env.ctx, taskId);
     return { createdAt, status: await freshStatus(env.ctx, taskId) };
   } catch (e) {
@@ -83,7 +84,7 @@ export async function taskResult(taskId: string, extra: ToolExtra, env: ToolEnv)
 
 /** tasks/list: the session's runs (dismissed ones left out), newest first, paged like resources/list. */
 export async function listTasks(cursor: string | undefined, env: ToolEnv): Promise<{ tasks: Task[]; nextCursor?: string }> {
-  const page = listResources(env.ctx, cursor);
+  const page = await listResources(env.ctx, cursor);
   const tasks: Task[] = [];
   for (const r of page.resources) {
     try { tasks.push(await getTask(r.name, env)); } catch { /* unreadable: left out (status reports it) */ }

@@ -82,7 +82,8 @@ describe('server.json (the MCP Registry entry)', () => {
       }
       expect(v.isRequired ?? false, v.name).toBe(false);
     }
-    // Whoever knows a session id sees that session's runs: clients should keep it like a secret.
-    expect(vars.filter((v) => v.isSecret).map((v) => v.name)).toEqual(['SUBAGENTS_SESSION_ID']);
+    // Whoever knows a session id sees that session's runs, and the Redis URL carries its password: clients should
+    // keep both like secrets.
+    expect(vars.filter((v) => v.isSecret).map((v) => v.name)).toEqual(['SUBAGENTS_SESSION_ID', 'SUBAGENTS_REDIS_URL']);
   });
 });

@@ -85,7 +85,10 @@ export function tempFiles(dir: string): string[] {
     try { entries = fs.readdirSync(d, { withFileTypes: true }); } catch { return; }
     for (const e of entries) {
       const p = path.join(d, e.name);
-      if (/^\..*\.tmp$/.test(e.name)) out.push(p);
+      // In the warm pool's directory, a temp whose writer is alive is an idle runner announcing itself right now: a
+      // write in progress, not one left behind. (Anywhere else a live writer's temp counts: a failed write must clean up.)
+      const writer = path.basename(d) === 'warm' ? /\.(\d+)\.[0-9a-f]+\.tmp$/.exec(e.name) : null;
+      if (/^\..*\.tmp$/.test(e.name) && !(writer && pidAlive(Number(writer[1])))) out.push(p);
       else if (e.isDirectory()) walk(p);
     }
   };

@@ -21,11 +21,16 @@ function imports(code: string): { statics: string[]; dynamics: string[] } {
 }
 
 describe.skipIf(!fs.existsSync(path.join(DIST, 'server.js')))('the bundled server (dist/server.js)', () => {
-  it('imports only Node built-ins statically, and only the YAML parser later', () => {
+  it('imports only Node built-ins statically, and later only the YAML parser and, in distributed mode, its executor', () => {
     const { statics, dynamics } = imports(fs.readFileSync(path.join(DIST, 'server.js'), 'utf8'));
     expect(statics).toContain('node:fs'); // the scan sees the imports that are there
     expect(statics.filter((s) => !s.startsWith('node:'))).toEqual([]);
-    expect(dynamics.filter((s) => !s.startsWith('node:'))).toEqual(['./yaml.js']);
+    expect(dynamics.filter((s) => !s.startsWith('node:')).sort()).toEqual(['./distributed.js', './yaml.js']);
+  });
+
+  it('distributed mode\'s executor (dist/distributed.js) carries BullMQ and ioredis inside: it imports only Node built-ins', () => {
+    const { statics, dynamics } = imports(fs.readFileSync(path.join(DIST, 'distributed.js'), 'utf8'));
+    expect([...statics, ...dynamics].filter((s) => !s.startsWith('node:'))).toEqual([]);
   });
 
   it('is what dist/main.js loads to serve, and the command line loads it for `serve` too', () => {

@@ -1,0 +1,222 @@
+/**
+ * Runs in Redis (docs/scale-out.md, "What lives in Redis"): a run's record and status, its events, its steps' bounded
+ * output, its session's index, the capacity counts and the workers' heartbeats. Mechanism only: which state follows
+ * which is the manager's and the worker's business; every change that must be exact is one script (./scripts.ts).
+ * Every call is bounded and fails BUSY (./connection.ts).
+ */
+import type { RunStatus } from '../run-types.js';
+import { bounded as boundedCall, ready } from './connection.js';
+import { channels, keys } from './keys.js';
+import type { ScriptedRedis } from './scripts.js';
+
+/** What a server records of a distributed run at launch; the worker adds where it runs. */
+export interface DistributedRecord {
+  v: 1;
+  runId: string;
+  sessionId: string;
+  pool: string;
+  mode: 'single' | 'parallel' | 'chain';
+  cwd: string;
+  label: string | null;
+  createdAt: string;
+  agents: string[];
+  limits: { maxSpawns: number; maxDepth: number };
+  /** Agent starts claimed from the tree's fan-out at acceptance. */
+  claims: number;
+  /** Agent slots the run holds while it runs: its widest step. */
+  agentSlots: number;
+  /** Epoch ms after which a run still queued ends failed/QUEUE_TIMEOUT. */
+  queueDeadline: number;
+}
+
+export interface StoredRun {
+  record: DistributedRecord;
+  status: RunStatus;
+  /** The worker that took it (its id and host), once one did. */
+  worker: string | null;
+  host: string | null;
+  dismissed: boolean;
+}
+
+export interface WorkerBeat { id: string; host: string; pid: number; pool: string; concurrency: number; running: number; at: number }
+
+export type ClaimOutcome =
+  | { outcome: 'ADMITTED'; active: number; queued: number }
+  | { outcome: 'QUEUED'; active: number; position: number; queued: number }
+  | { outcome: 'FULL' | 'QUEUE_FULL'; active: number; queued: number }
+  | { outcome: 'FANOUT'; used: number };
+
+export class RedisRuns {
+  constructor(readonly redis: ScriptedRedis) {}
+
+  /** One bounded call, once the connection is up (./connection.ts). */
+  call<T>(what: string, op: () => Promise<T>): Promise<T> {
+    return boundedCall(what, async () => { await ready(this.redis); return op(); });
+  }
+
+  async claimLaunch(record: DistributedRecord, admitted: RunStatus, queued: RunStatus, o: { limit: number; queueAllowed: boolean; maxQueued: number }): Promise<ClaimOutcome> {
+    const r = await this.call('accept the launch', () => this.redis.saClaimLaunch(
+      keys.active, keys.queued, keys.queueSeq, keys.fanout(record.runId), keys.run(record.runId), keys.sessionRuns(record.sessionId), keys.allRuns,
+      record.runId, o.limit, record.claims, record.limits.maxSpawns, o.queueAllowed ? 1 : 0, o.maxQueued,
+      JSON.stringify(record), Date.parse(record.createdAt), JSON.stringify(admitted), JSON.stringify(queued)));
+    const [outcome, a, position, q] = [String(r[0]), Number(r[1]), Number(r[2]), Number(r[3])];
+    if (outcome === 'FANOUT') return { outcome, used: a };
+    if (outcome === 'QUEUED') return { outcome, active: a, position, queued: q };
+    if (outcome === 'ADMITTED') return { outcome, active: a, queued: q };
+    return { outcome: outcome as 'FULL' | 'QUEUE_FULL', active: a, queued: q };
+  }
+
+  /** 1: start it now; 0: not yet (no slot, or not its turn); -1: it ended or is unknown, never start it. */
+  async startRun(runId: string, limit: number, agentSlots: number, maxAgents: number): Promise<1 | 0 | -1> {
+    const r = await this.call('start the run', () => this.redis.saStartRun(keys.active, keys.queued, keys.agents, keys.agentsTotal, keys.run(runId), runId, limit, agentSlots, maxAgents));
+    return Number(r) as 1 | 0 | -1;
+  }
+
+  /** A non-terminal status (never replacing a terminal one), with fields such as the worker; false when it had ended. */
+  async putStatus(status: RunStatus, fields: Record<string, string> = {}): Promise<boolean> {
+    const extra = Object.entries(fields).flat();
+    const r = await this.call('record the run\'s status', () => this.redis.saPutStatus(keys.run(status.runId), JSON.stringify(status), channels.run(status.runId), ...extra));
+    return r === 1;
+  }
+
+  /** The run's end (the first end wins), its slots returned; false when it had already ended. */
+  async endRun(status: RunStatus): Promise<boolean> {
+    const r = await this.call('record the run\'s end', () => this.redis.saEndRun(keys.run(status.runId), keys.active, keys.queued, keys.agents, keys.agentsTotal, status.runId, JSON.stringify(status), channels.run(status.runId)));
+    return r === 1;
+  }
+
+  async read(runId: string): Promise<StoredRun | null> {
+    const h = await this.call('read the run', () => this.redis.hgetall(keys.run(runId)));
+    if (!h.record || !h.status) return null;
+    return { record: JSON.parse(h.record) as DistributedRecord, status: JSON.parse(h.status) as RunStatus, worker: h.worker ?? null, host: h.host ?? null, dismissed: h.dismissed !== undefined };
+  }
+
+  async readState(runId: string): Promise<string | null> {
+    return this.call('read the run', () => this.redis.hget(keys.run(runId), 'state'));
+  }
+
+  async appendOutput(runId: string, stepKey: string, bytes: Buffer, capBytes: number): Promise<number> {
+    return this.call('store the output', () => this.redis.saAppendCapped(keys.output(runId, stepKey), bytes, capBytes));
+  }
+
+  async outputLength(runId: string, stepKey: string): Promise<number> {
+    return this.call('read the output', () => this.redis.strlen(keys.output(runId, stepKey)));
+  }
+
+  /** Bytes [start, end] (inclusive, as GETRANGE) of a step's stored output. */
+  async outputRange(runId: string, stepKey: string, start: number, end: number): Promise<Buffer> {
+    return this.call('read the output', () => this.redis.getrangeBuffer(keys.output(runId, stepKey), start, end));
+  }
+
+  async event(runId: string, ev: Record<string, unknown>): Promise<void> {
+    await this.call('record the event', () => this.redis.rpush(keys.events(runId), JSON.stringify({ ts: new Date().toISOString(), ...ev })));
+  }
+
+  async events(runId: string): Promise<Array<Record<string, unknown>>> {
+    const lines = await this.call('read the events', () => this.redis.lrange(keys.events(runId), 0, -1));
+    return lines.map((l) => JSON.parse(l) as Record<string, unknown>);
+  }
+
+  /** Every run id, newest first. */
+  async allRuns(max = 100_000): Promise<string[]> {
+    return this.call('list the runs', () => this.redis.zrevrange(keys.allRuns, 0, max - 1));
+  }
+
+  /** A session's run ids, newest first. */
+  async sessionRuns(sessionId: string, max = 1000): Promise<string[]> {
+    return this.call('list the session\'s runs', () => this.redis.zrevrange(keys.sessionRuns(sessionId), 0, max - 1));
+  }
+
+  /** Removes an ended run's keys and its index entries (gc); the caller checked that it has ended. */
+  async remove(run: StoredRun): Promise<void> {
+    const { runId, sessionId } = run.record;
+    const outputs: string[] = [];
+    await this.call('list the run\'s output', async () => {
+      let cursor = '0';
+      do {
+        const [next, found] = await this.redis.scan(cursor, 'MATCH', `${keys.run(runId)}:out:*`, 'COUNT', 200);
+        cursor = next;
+        outputs.push(...found);
+      } while (cursor !== '0');
+    });
+    await this.call('remove the run', () => this.redis.multi()
+      .del(keys.run(runId), keys.events(runId), keys.fanout(runId), ...outputs)
+      .zrem(keys.allRuns, runId).zrem(keys.sessionRuns(sessionId), runId)
+      .exec());
+  }
+
+  /** Hides the run from listings (it stays readable by id); who asked is kept with it. */
+  async markDismissed(runId: string, by: string): Promise<void> {
+    await this.call('record the dismissal', () => this.redis.hsetnx(keys.run(runId), 'dismissed', by));
+  }
+
+  /** Whether a session has ever had a run (restore's "known" test). */
+  async sessionKnown(sessionId: string): Promise<boolean> {
+    return (await this.call('read the session', () => this.redis.exists(keys.sessionRuns(sessionId)))) === 1;
+  }
+
+  async addAncestors(sessionId: string, ids: string[]): Promise<void> {
+    if (ids.length) await this.call('record the lineage', () => this.redis.sadd(keys.sessionAncestors(sessionId), ...ids));
+  }
+
+  /** The session and every ancestor reachable through restore links. */
+  async lineage(sessionId: string): Promise<Set<string>> {
+    const seen = new Set([sessionId]);
+    let frontier = [sessionId];
+    while (frontier.length && seen.size < 1000) {
+      const next: string[] = [];
+      for (const id of frontier) {
+        for (const a of await this.call('read the lineage', () => this.redis.smembers(keys.sessionAncestors(id)))) {
+          if (!seen.has(a)) { seen.add(a); next.push(a); }
+        }
+      }
+      frontier = next;
+    }
+    return seen;
+  }
+
+  /** A queued run's 1-based place and the queue's length; null when it is not queued. */
+  async queuePlace(runId: string): Promise<{ position: number; length: number } | null> {
+    const [rank, length] = await this.call('read the queue', async () => Promise.all([this.redis.zrank(keys.queued, runId), this.redis.zcard(keys.queued)]));
+    return rank === null ? null : { position: rank + 1, length };
+  }
+
+  async counts(): Promise<{ active: number; queued: number; agents: number }> {
+    const [active, queued, agents] = await this.call('read the capacity', async () => Promise.all([
+      this.redis.scard(keys.active), this.redis.zcard(keys.queued), this.redis.get(keys.agentsTotal),
+    ]));
+    return { active, queued, agents: Number(agents ?? 0) };
+  }
+
+  /** Run ids holding a slot or waiting for one (the repair of orphans looks at these). */
+  async slotHolders(): Promise<string[]> {
+    const [active, queued] = await this.call('read the capacity', async () => Promise.all([this.redis.smembers(keys.active), this.redis.zrange(keys.queued, '0', '-1')]));
+    return [...active, ...queued];
+  }
+
+  async fanoutUsed(rootRunId: string): Promise<number> {
+    return Number(await this.call('read the fan-out', () => this.redis.get(keys.fanout(rootRunId))) ?? 0);
+  }
+
+  /** Redis' version and persistence as INFO reports them (doctor). */
+  async serverInfo(): Promise<{ version: string; aof: boolean; rdbSaves: boolean }> {
+    const text = await this.call('read INFO', () => this.redis.info());
+    const field = (name: string) => new RegExp(`^${name}:(.*)$`, 'm').exec(text)?.[1]?.trim() ?? '';
+    // rdb_last_save_time exists either way; RDB snapshots are configured when `save` has rules (not in INFO).
+    const save = await this.call('read the persistence settings', () => this.redis.config('GET', 'save').catch(() => null)) as string[] | null;
+    return { version: field('redis_version'), aof: field('aof_enabled') === '1', rdbSaves: Boolean(save && save[1]) };
+  }
+
+  async heartbeat(beat: WorkerBeat): Promise<void> {
+    await this.call('record the heartbeat', () => this.redis.hset(keys.workers, beat.id, JSON.stringify(beat)));
+  }
+
+  async forgetWorker(id: string): Promise<void> {
+    await this.call('remove the heartbeat', () => this.redis.hdel(keys.workers, id));
+  }
+
+  async workers(): Promise<WorkerBeat[]> {
+    const h = await this.call('read the workers', () => this.redis.hgetall(keys.workers));
+    return Object.values(h).map((v) => JSON.parse(v) as WorkerBeat);
+  }
+}

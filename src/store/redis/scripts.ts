@@ -1,0 +1,145 @@
+/**
+ * Capacity, agent slots, fan-out and a run's terminal state, each changed by one Lua script: Redis runs a script
+ * alone, so every server and worker sees the counts exact (docs/scale-out.md, "Capacity across machines"); nothing
+ * here is a read-modify-write from Node. Registered on a client with `defineScripts`.
+ */
+import type { Redis } from 'ioredis';
+
+const TERMINAL = `local terminal = { completed = true, failed = true, cancelled = true }`;
+
+/**
+ * A launch's acceptance, all or nothing: the tree's fan-out claim, then an active-run slot, else a place in the queue
+ * (when allowed and not full), else a refusal; the run's record and first status are written in the same step, so
+ * no reader sees one without the other.
+ * KEYS: active, queued, queueSeq, fanout, run, sessionRuns, allRuns. ARGV: runId, limit (0: none), claims, maxSpawns,
+ * queueAllowed (1/0), maxQueued, record JSON, createdAtMs, status JSON for admitted, status JSON for queued.
+ * Returns { outcome, active, position, queued } with outcome ADMITTED, QUEUED, FULL, QUEUE_FULL or FANOUT (then
+ * `active` is the tree's used count).
+ */
+const CLAIM_LAUNCH = `
+local runId, limit, claims, maxSpawns = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local used = tonumber(redis.call('GET', KEYS[4]) or '0')
+if used + claims > maxSpawns then return { 'FANOUT', used, 0, 0 } end
+local active = redis.call('SCARD', KEYS[1])
+local queued = redis.call('ZCARD', KEYS[2])
+local outcome, position
+if limit == 0 or (active < limit and queued == 0) then
+  redis.call('SADD', KEYS[1], runId)
+  active = active + 1
+  outcome, position = 'ADMITTED', 0
+elseif ARGV[5] == '1' and queued < tonumber(ARGV[6]) then
+  redis.call('ZADD', KEYS[2], redis.call('INCR', KEYS[3]), runId)
+  queued = queued + 1
+  outcome, position = 'QUEUED', queued
+elseif ARGV[5] == '1' then
+  return { 'QUEUE_FULL', active, 0, queued }
+else
+  return { 'FULL', active, 0, queued }
+end
+redis.call('INCRBY', KEYS[4], claims)
+local status = ARGV[9]
+if outcome == 'QUEUED' then status = ARGV[10] end
+redis.call('HSET', KEYS[5], 'record', ARGV[7], 'status', status, 'state', cjson.decode(status).state)
+redis.call('ZADD', KEYS[6], tonumber(ARGV[8]), runId)
+redis.call('ZADD', KEYS[7], tonumber(ARGV[8]), runId)
+return { outcome, active, position, queued }
+`;
+
+/**
+ * A worker's start of a job: the run must hold an active-run slot (a queued run takes one when there is room and it
+ * is the queue's head) and gets its agent slots, both or neither.
+ * KEYS: active, queued, agents, agentsTotal, run. ARGV: runId, limit (0: none), agentSlots, maxAgents.
+ * Returns 1 (start), 0 (not yet: no slot, or not the head) or -1 (the run has ended or is unknown: never start it).
+ */
+const START_RUN = `
+${TERMINAL}
+local runId, limit, want, maxAgents = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local state = redis.call('HGET', KEYS[5], 'state')
+if not state or terminal[state] then return -1 end
+local held = redis.call('SISMEMBER', KEYS[1], runId) == 1
+if not held then
+  if not redis.call('ZSCORE', KEYS[2], runId) then return -1 end
+  if limit ~= 0 and redis.call('SCARD', KEYS[1]) >= limit then return 0 end
+  local head = redis.call('ZRANGE', KEYS[2], 0, 0)[1]
+  if head ~= runId then return 0 end
+end
+local total = tonumber(redis.call('GET', KEYS[4]) or '0')
+local mine = tonumber(redis.call('HGET', KEYS[3], runId) or '0')
+if mine == 0 and total + want > maxAgents then return 0 end
+if not held then
+  redis.call('ZREM', KEYS[2], runId)
+  redis.call('SADD', KEYS[1], runId)
+end
+if mine == 0 then
+  redis.call('HSET', KEYS[3], runId, want)
+  redis.call('INCRBY', KEYS[4], want)
+end
+return 1
+`;
+
+/**
+ * A non-terminal status change (compare-and-set: a terminal state is never replaced), announced on the run's channel.
+ * KEYS: run. ARGV: status JSON, channel, extra field/value pairs. Returns 1 written, 0 refused (already ended).
+ */
+const PUT_STATUS = `
+${TERMINAL}
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state or terminal[state] then return 0 end
+redis.call('HSET', KEYS[1], 'status', ARGV[1], 'state', cjson.decode(ARGV[1]).state)
+for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('PUBLISH', ARGV[2], 'status')
+return 1
+`;
+
+/**
+ * The one way a run ends in Redis: compare-and-set of the terminal state (the first end wins), its active-run slot
+ * or queue place and its agent slots returned in the same step, announced on the run's channel.
+ * KEYS: run, active, queued, agents, agentsTotal. ARGV: runId, status JSON (terminal), channel.
+ * Returns 1 ended here, 0 it had already ended (or is unknown).
+ */
+const END_RUN = `
+${TERMINAL}
+local state = redis.call('HGET', KEYS[1], 'state')
+if not state or terminal[state] then return 0 end
+redis.call('HSET', KEYS[1], 'status', ARGV[2], 'state', cjson.decode(ARGV[2]).state)
+redis.call('SREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+local mine = tonumber(redis.call('HGET', KEYS[4], ARGV[1]) or '0')
+if mine > 0 then
+  redis.call('HDEL', KEYS[4], ARGV[1])
+  redis.call('DECRBY', KEYS[5], mine)
+end
+redis.call('PUBLISH', ARGV[3], 'status')
+return 1
+`;
+
+/**
+ * Appends to a step's stored output up to its cap (the rest is counted by the step's status, not stored).
+ * KEYS: output. ARGV: bytes, cap. Returns the stored length.
+ */
+const APPEND_CAPPED = `
+local len = redis.call('STRLEN', KEYS[1])
+local cap = tonumber(ARGV[2])
+if len >= cap then return len end
+return redis.call('APPEND', KEYS[1], string.sub(ARGV[1], 1, cap - len))
+`;
+
+export interface SubagentScripts {
+  saClaimLaunch(...args: Array<string | number>): Promise<[string, number, number, number]>;
+  saStartRun(...args: Array<string | number>): Promise<number>;
+  saPutStatus(...args: Array<string | number>): Promise<number>;
+  saEndRun(...args: Array<string | number>): Promise<number>;
+  saAppendCapped(...args: Array<string | number | Buffer>): Promise<number>;
+}
+
+export type ScriptedRedis = Redis & SubagentScripts;
+
+/** Registers the scripts (EVALSHA, loaded on first use) on a client. */
+export function defineScripts(r: Redis): ScriptedRedis {
+  r.defineCommand('saClaimLaunch', { numberOfKeys: 7, lua: CLAIM_LAUNCH });
+  r.defineCommand('saStartRun', { numberOfKeys: 5, lua: START_RUN });
+  r.defineCommand('saPutStatus', { numberOfKeys: 1, lua: PUT_STATUS });
+  r.defineCommand('saEndRun', { numberOfKeys: 5, lua: END_RUN });
+  r.defineCommand('saAppendCapped', { numberOfKeys: 1, lua: APPEND_CAPPED });
+  return r as ScriptedRedis;
+}

@@ -1,0 +1,179 @@
+/**
+ * `subagents-mcp worker` (docs/scale-out.md, "Workers"): takes runs from its pool's BullMQ queue and runs each with the
+ * local runner on this machine, in the worker's own state home, mirroring it into Redis. BullMQ holds each job's lock
+ * while its run lives; `maxStalledCount: 0` makes a job whose worker died fail instead of running again, and the run
+ * ends failed/RUNNER_LOST. SIGTERM drains: no new jobs, running ones finish within the drain timeout, the rest are
+ * cancelled.
+ */
+import os from 'node:os';
+import path from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { DelayedError, Worker, type Job } from 'bullmq';
+import { redactRedisUrl, type Settings } from '../config.js';
+import { isSubagentError } from '../errors.js';
+import { cancelRun } from '../manager/cancel.js';
+import { launch, type ChainEntryInput, type LaunchInput } from '../manager/launch.js';
+import { appendStep } from '../manager/append.js';
+import { connect } from '../store/redis/connection.js';
+import type { LaunchJob } from '../store/redis/job.js';
+import { channels, queueName } from '../store/redis/keys.js';
+import { RedisRuns } from '../store/redis/run-store.js';
+import { isTerminalRun } from '../store/run-types.js';
+import { endedStatus } from '../manager/distributed/view.js';
+import { localContext, workerHome } from './local-context.js';
+import { mirrorRun } from './mirror.js';
+
+export interface WorkerOptions {
+  concurrency: number;
+  roots: string[];
+  home: string | null;
+  drainTimeoutMs: number;
+}
+
+/** Steps' output kept in Redis per step when SUBAGENTS_MAX_OUTPUT_BYTES is not set (docs/scale-out.md). */
+const DEFAULT_REDIS_OUTPUT_BYTES = 16 * 1024 * 1024;
+/** How long a job waits before it is offered again when its run has no slot yet. */
+const RETRY_START_MS = 250;
+
+interface Held { local: string | null; cancelled: boolean }
+
+const inside = (p: string, root: string) => p === root || p.startsWith(root.endsWith(path.sep) ? root : root + path.sep);
+
+export async function runWorker(settings: Settings, o: WorkerOptions, log: (line: string) => void): Promise<number> {
+  const url = settings.redisUrl!;
+  const id = `w-${randomBytes(6).toString('base64url')}`;
+  const host = os.hostname();
+  const home = workerHome(o.home);
+  const roots = o.roots.map((r) => path.resolve(r));
+  const local = localContext(settings, home, roots, log);
+  const capBytes = settings.sources.maxOutputBytes === 'default' ? DEFAULT_REDIS_OUTPUT_BYTES : settings.maxOutputBytes;
+  const runs = new RedisRuns(connect(url, { name: 'subagents-worker' }));
+  const sub = connect(url, { blocking: true, name: 'subagents-worker-cancel' });
+  const held = new Map<string, Held>();
+  const me = { id, host };
+
+  const cancelLocal = (runId: string) => {
+    const h = held.get(runId);
+    if (!h) return;
+    h.cancelled = true;
+    if (h.local) void cancelRun(local, h.local).catch((e) => log(`cancel of ${runId} failed: ${(e as Error).message}`));
+  };
+  // An append for a run this worker holds: its local runner takes it; the answer goes back on the request's channel.
+  const appendLocal = async (text: string) => {
+    let req: { runId: string; requestId: string; entry: ChainEntryInput };
+    try { req = JSON.parse(text) as typeof req; } catch { return; }
+    const h = held.get(req.runId);
+    if (!h) return; // another worker's run
+    let reply: unknown;
+    if (!h.local) reply = { ok: false, code: 'BUSY', message: `run ${req.runId} is still starting on worker ${host}; retry in a moment.` };
+    else {
+      try {
+        reply = { ok: true, result: await appendStep(local, h.local, req.entry) };
+      } catch (e) {
+        reply = isSubagentError(e) ? { ok: false, code: e.code, message: e.message.split(h.local).join(req.runId) } : { ok: false, code: 'INTERNAL', message: 'the worker could not record the append' };
+      }
+    }
+    await runs.redis.publish(channels.reply(req.requestId), JSON.stringify(reply)).catch(() => {});
+  };
+  const cancelChannel = channels.cancel(settings.pool);
+  sub.on('message', (channel: string, message: string) => {
+    if (channel === cancelChannel) cancelLocal(message);
+    else void appendLocal(message);
+  });
+  await sub.subscribe(cancelChannel, channels.append(settings.pool));
+
+  const fail = async (runId: string, message: string) => {
+    const run = await runs.read(runId);
+    if (run) await runs.endRun(endedStatus(run.status, 'failed', { code: 'HANDSHAKE_FAILED', message }));
+  };
+
+  const execute = async (job: LaunchJob): Promise<string> => {
+    const input = job.input as unknown as LaunchInput;
+    const cwd = String(input.cwd ?? '');
+    if (!roots.some((r) => inside(cwd, r))) {
+      await fail(job.runId, `worker ${host} (${id}) does not serve ${cwd.slice(0, 200)}: its roots are ${roots.join(', ') || '(none)'}; start a worker with --root covering it in pool ${settings.pool}.`);
+      return 'refused';
+    }
+    const h: Held = { local: null, cancelled: false };
+    held.set(job.runId, h);
+    try {
+      let started;
+      try {
+        started = await launch(local, input, { signal: new AbortController().signal });
+      } catch (e) {
+        const why = isSubagentError(e) ? e.text : 'the local launch failed';
+        await fail(job.runId, `on worker ${host} (${id}): ${why.slice(0, 400)}`);
+        return 'refused';
+      }
+      h.local = started.runId;
+      await runs.event(job.runId, { type: 'started', worker: id, host }).catch(() => {});
+      if (h.cancelled) cancelLocal(job.runId);
+      const end = await mirrorRun({
+        runs, local, runId: job.runId, localRunId: started.runId, worker: me, capBytes,
+        onEndedElsewhere: () => { if (!h.cancelled) cancelLocal(job.runId); },
+      });
+      return end.state;
+    } finally {
+      held.delete(job.runId);
+    }
+  };
+
+  const jobsConnection = connect(url, { blocking: true, name: 'subagents-worker-jobs' });
+  const worker = new Worker(queueName(settings.pool), async (job: Job, token?: string) => {
+    const data = job.data as LaunchJob;
+    const go = await runs.startRun(data.runId, data.limit, data.agentSlots, data.maxAgents);
+    if (go === -1) return 'ended';
+    if (go === 0) {
+      // No slot yet (or not this run's turn): offered again shortly, to this worker or another.
+      await job.moveToDelayed(Date.now() + RETRY_START_MS, token);
+      throw new DelayedError();
+    }
+    return execute(data);
+  }, {
+    connection: jobsConnection,
+    concurrency: o.concurrency,
+    maxStalledCount: 0,
+    stalledInterval: settings.stallIntervalMs,
+    lockDuration: settings.stallIntervalMs,
+  });
+  // A job this worker's stall check failed: its worker died. The run ends RUNNER_LOST (servers do the same on their
+  // next look, whichever comes first; the end is a compare-and-set).
+  worker.on('failed', (job, err) => {
+    if (!job || !/stalled/i.test(err?.message ?? '')) return;
+    void (async () => {
+      const run = await runs.read(job.id!);
+      if (!run || isTerminalRun(run.status.state)) return;
+      await runs.endRun(endedStatus(run.status, 'failed', { code: 'RUNNER_LOST', message: `worker ${run.host ?? '?'} (${run.worker ?? '?'}) stopped holding the run; it is never run again.` }));
+    })().catch(() => {});
+  });
+  worker.on('error', (e) => log(`queue error: ${(e as Error).message.replace(url, redactRedisUrl(url))}`));
+
+  const beat = () => runs.heartbeat({ id, host, pid: process.pid, pool: settings.pool, concurrency: o.concurrency, running: held.size, at: Date.now() }).catch(() => {});
+  void beat();
+  const beating = setInterval(beat, Math.max(1000, Math.floor(settings.stallIntervalMs / 2)));
+  log(`worker ${id} on ${host}: pool ${settings.pool}, concurrency ${o.concurrency}, roots ${roots.join(', ') || '(none)'}, home ${home}, Redis ${redactRedisUrl(url)}`);
+
+  return new Promise<number>((resolve) => {
+    let stopping = false;
+    const stop = async (signal: string) => {
+      if (stopping) return;
+      stopping = true;
+      log(`${signal}: draining (no new runs; ${held.size} running, ${o.drainTimeoutMs} ms to finish)`);
+      const closing = worker.close();
+      const drained = await Promise.race([closing.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), o.drainTimeoutMs))]);
+      if (!drained) {
+        for (const runId of held.keys()) cancelLocal(runId);
+        await closing;
+      }
+      clearInterval(beating);
+      await runs.forgetWorker(id).catch(() => {});
+      sub.disconnect();
+      jobsConnection.disconnect();
+      runs.redis.disconnect();
+      log('stopped');
+      resolve(0);
+    };
+    process.on('SIGTERM', () => void stop('SIGTERM'));
+    process.on('SIGINT', () => void stop('SIGINT'));
+  });
+}

@@ -1,0 +1,258 @@
+/**
+ * The same contract cases against a local server and against a server in distributed mode (a private redis-server and
+ * one worker standing in for another machine), so the two implementations cannot drift: each case runs once per mode
+ * and asserts the same answers (docs/scale-out.md: "What a run is does not change").
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { FIXTURE_AGENTS, MAIN_JS } from '../helpers/paths.js';
+import { startRedis, type RedisInstance } from '../helpers/redis-server.js';
+import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
+import { tempStateHome, writeAgent } from '../helpers/state-home.js';
+
+const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
+
+function writeAgents(home: string, gate: string): void {
+  const dir = path.join(home, 'agents');
+  writeAgent(dir, 'gated', { backend: 'command', command: ['node', FAKE, 'gate', gate] });
+  writeAgent(dir, 'watched', { backend: 'command', command: ['node', FAKE, 'gate', `${gate}-watched`] });
+  writeAgent(dir, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
+  writeAgent(dir, 'fails', { backend: 'command', command: ['node', FAKE, 'exit', '3'] });
+  writeAgent(dir, 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
+}
+
+let redis: RedisInstance;
+let t: ReturnType<typeof tempStateHome>;
+let worker: ChildProcess;
+const modes: Record<'local' | 'redis', Started> = {} as Record<'local' | 'redis', Started>;
+const homes: Record<'local' | 'redis', string> = {} as Record<'local' | 'redis', string>;
+const extra: Started[] = [];
+
+beforeAll(async () => {
+  redis = await startRedis();
+  t = tempStateHome('sa-modes-');
+  const workerHome = path.join(t.base, 'worker');
+  const localHome = path.join(t.base, 'local');
+  const serverHome = path.join(t.base, 'server');
+  for (const h of [workerHome, localHome, serverHome]) fs.mkdirSync(h, { mode: 0o700 });
+  writeAgents(workerHome, path.join(t.base, 'gate-redis'));
+  writeAgents(localHome, path.join(t.base, 'gate-local'));
+  let log = '';
+  worker = spawn(process.execPath, [MAIN_JS, 'worker', '--redis', redis.url, '--home', workerHome, '--root', t.root, '--concurrency', '4'], {
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, SUBAGENTS_STALL_INTERVAL_MS: '10000', SUBAGENTS_KILL_GRACE_MS: '1000' }, stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  worker.stderr!.on('data', (c: Buffer) => { log += c; });
+  const end = Date.now() + 20_000;
+  while (!/worker w-/.test(log) && Date.now() < end && worker.exitCode === null) await new Promise((r) => setTimeout(r, 50));
+  if (!/worker w-/.test(log)) throw new Error(`worker did not start: ${log}`);
+  homes.local = localHome;
+  homes.redis = serverHome;
+  modes.local = await startServer({ SUBAGENTS_HOME: localHome, SUBAGENTS_ROOTS: t.root, SUBAGENTS_KILL_GRACE_MS: '1000' });
+  modes.redis = await startServer({ SUBAGENTS_HOME: serverHome, SUBAGENTS_ROOTS: t.root, SUBAGENTS_REDIS_URL: redis.url });
+}, 60_000);
+
+afterAll(async () => {
+  await modes.local?.close();
+  await modes.redis?.close();
+  for (const e of extra) await e.close();
+  if (worker && worker.exitCode === null) {
+    const exited = new Promise((r) => worker.once('exit', r));
+    worker.kill('SIGKILL');
+    await exited;
+  }
+  await redis?.stop();
+  t?.cleanup();
+}, 30_000);
+
+describe.each(['local', 'redis'] as const)('the contract in %s mode', (mode) => {
+  const s = () => modes[mode];
+
+  it('single: completed with the agent\'s output, exit code and pid', async () => {
+    const r = await s().call('launch', { agent: 'echo', task: 'same in both modes' });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    expect(sc(r).runId).toMatch(/^r-/);
+    expect(sc(r).fanout).toEqual({ used: 1, limit: 64, remaining: 63 });
+    expect(sc(r).next).toContain('status');
+    const fin = await waitTerminal(s(), sc(r).runId, 60_000);
+    expect(fin.state).toBe('completed');
+    expect(fin.output.text).toBe('same in both modes');
+    expect(fin.output.uri).toBe(`subagents://runs/${sc(r).runId}/output`);
+    expect(fin.steps).toHaveLength(1);
+    expect(fin.steps[0]).toMatchObject({ index: 0, agent: 'echo', state: 'completed', exitCode: 0 });
+    expect(fin.steps[0].pid).toBeGreaterThan(0);
+    expect(fin.error).toBeNull();
+  }, 90_000);
+
+  it('parallel: every member completed with its own output', async () => {
+    const r = await s().call('launch', { tasks: [{ agent: 'echo', task: 'one' }, { agent: 'echo', task: 'two' }] });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    expect(sc(r).steps.map((x: { agent: string }) => x.agent)).toEqual(['echo', 'echo']);
+    const fin = await waitTerminal(s(), sc(r).runId, 60_000);
+    expect(fin.state).toBe('completed');
+    expect(fin.steps.map((x: { output: { text: string } }) => x.output.text)).toEqual(['one', 'two']);
+  }, 90_000);
+
+  it('chain: {previous} carries the previous step\'s output', async () => {
+    const r = await s().call('launch', { chain: [{ agent: 'echo', task: 'first' }, { agent: 'echo', task: 'got: {previous}' }] });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    const fin = await waitTerminal(s(), sc(r).runId, 60_000);
+    expect(fin.state).toBe('completed');
+    expect(fin.output.text).toBe('got: first');
+    expect(fin.steps.map((x: { state: string }) => x.state)).toEqual(['completed', 'completed']);
+  }, 90_000);
+
+  it('append: a step appended to a running chain runs after it, and its output is the chain\'s', async () => {
+    const r = await s().call('launch', { chain: [{ agent: 'gated', task: 'first' }] });
+    const runId = sc(r).runId as string;
+    for (let i = 0; i < 40; i++) {
+      const v = sc(await s().call('status', { runId, waitMs: 2000 }));
+      if (v.state === 'running' && v.steps[0].state === 'running') break;
+    }
+    const a = await s().call('append', { runId, step: { agent: 'echo', task: 'after: {previous}' } });
+    expect(a.isError, textOf(a)).toBeFalsy();
+    expect(sc(a)).toMatchObject({ runId, stepIndex: 1, pendingAppends: 1 });
+    fs.writeFileSync(path.join(t.base, `gate-${mode}`), '');
+    const fin = await waitTerminal(s(), runId, 60_000);
+    expect(fin.state).toBe('completed');
+    expect(fin.output.text).toBe('after: first');
+    const notChain = await s().call('append', { runId: sc(await s().call('launch', { agent: 'echo', task: 'x' })).runId, step: { agent: 'echo', task: 'y' } });
+    expect(textOf(notChain)).toMatch(/^NOT_A_CHAIN/);
+    const ended = await s().call('append', { runId, step: { agent: 'echo', task: 'too late' } });
+    expect(textOf(ended)).toMatch(/^RUN_NOT_ACTIVE/);
+  }, 90_000);
+
+  it('a failing agent: failed with STEP_FAILED and its exit code', async () => {
+    const r = await s().call('launch', { agent: 'fails', task: 'x' });
+    const fin = await waitTerminal(s(), sc(r).runId, 60_000);
+    expect(fin.state).toBe('failed');
+    expect(fin.error.code).toBe('STEP_FAILED');
+    expect(fin.steps[0].exitCode).toBe(3);
+  }, 90_000);
+
+  it('cancel: the run ends cancelled and the answer says so', async () => {
+    const r = await s().call('launch', { agent: 'sleeper', task: 'x' });
+    const runId = sc(r).runId as string;
+    for (let i = 0; i < 40; i++) {
+      const v = sc(await s().call('status', { runId, waitMs: 2000 }));
+      if (v.state === 'running' && v.steps[0].pid) break;
+    }
+    const c = await s().call('cancel', { runId });
+    expect(c.isError, textOf(c)).toBeFalsy();
+    const fin = await waitTerminal(s(), runId, 30_000);
+    expect(fin.state).toBe('cancelled');
+    expect(fin.error.code).toBe('CANCELLED');
+  }, 90_000);
+
+  it('resources: listed, subscribed (updated at the run\'s changes), and MCP Tasks over the same run', async () => {
+    const updated: string[] = [];
+    const { ResourceUpdatedNotificationSchema } = await import('@modelcontextprotocol/sdk/types.js');
+    s().client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => { updated.push(n.params.uri); });
+    const r = await s().call('launch', { agent: 'watched', task: 'watched' });
+    const runId = sc(r).runId as string;
+    const uri = `subagents://runs/${runId}`;
+    await s().client.subscribeResource({ uri });
+    const listed = await s().client.listResources();
+    expect(listed.resources.map((x) => x.uri)).toContain(uri);
+    const task = await s().client.request({ method: 'tasks/get', params: { taskId: runId } }, (await import('@modelcontextprotocol/sdk/types.js')).GetTaskResultSchema);
+    expect(task.taskId).toBe(runId);
+    expect(task.status).toBe('working');
+    fs.writeFileSync(path.join(t.base, `gate-${mode}-watched`), '');
+    await waitTerminal(s(), runId, 60_000);
+    const end = Date.now() + 20_000;
+    while (!updated.includes(uri) && Date.now() < end) await new Promise((res) => setTimeout(res, 50));
+    expect(updated).toContain(uri);
+    const done = await s().client.request({ method: 'tasks/get', params: { taskId: runId } }, (await import('@modelcontextprotocol/sdk/types.js')).GetTaskResultSchema);
+    expect(done.status).toBe('completed');
+    await s().client.unsubscribeResource({ uri });
+  }, 90_000);
+
+  it('queue: at a full home or pool a launch is queued with its place, and starts when the slot frees', async () => {
+    const env: Record<string, string> = { SUBAGENTS_HOME: homes[mode], SUBAGENTS_ROOTS: t.root, SUBAGENTS_MAX_ACTIVE_RUNS: '1', SUBAGENTS_KILL_GRACE_MS: '1000' };
+    if (mode === 'redis') env.SUBAGENTS_REDIS_URL = redis.url;
+    const one = await startServer(env);
+    extra.push(one);
+    const holder = sc(await one.call('launch', { agent: 'sleeper', task: 'holds the slot' })).runId as string;
+    const q = await one.call('launch', { agent: 'echo', task: 'waited its turn' });
+    expect(q.isError, textOf(q)).toBeFalsy();
+    expect(sc(q).state).toBe('queued');
+    expect(sc(q).queue).toEqual({ position: 1, length: 1 });
+    const refused = await one.call('launch', { agent: 'echo', task: 'x', queue: false });
+    expect(textOf(refused)).toMatch(/^CAPACITY_EXHAUSTED/);
+    const queuedId = sc(q).runId as string;
+    expect(sc(await one.call('status', { runId: queuedId })).queue).toEqual({ position: 1, length: 1 });
+    await one.call('cancel', { runId: holder });
+    const fin = await waitTerminal(one, queuedId, 60_000);
+    expect(fin.state).toBe('completed');
+    expect(fin.output.text).toBe('waited its turn');
+  }, 90_000);
+
+  it('an unknown run id: RUN_NOT_FOUND', async () => {
+    const r = await s().call('status', { runId: 'r-doesnotexist000000000000' });
+    expect(r.isError).toBe(true);
+    expect(textOf(r)).toMatch(/^RUN_NOT_FOUND/);
+  });
+
+  it('dismiss hides an ended run from the list; all: true shows it, and an active run needs cancel: true', async () => {
+    const r = await s().call('launch', { agent: 'echo', task: 'to dismiss' });
+    const runId = sc(r).runId as string;
+    await waitTerminal(s(), runId, 60_000);
+    const d = await s().call('dismiss', { runId });
+    expect(d.isError, textOf(d)).toBeFalsy();
+    expect(sc(d)).toMatchObject({ runId, state: 'completed', dismissed: true, cancelled: false });
+    expect(sc(await s().call('status', {})).runs.map((x: { runId: string }) => x.runId)).not.toContain(runId);
+    const all = sc(await s().call('status', { all: true })).runs.find((x: { runId: string }) => x.runId === runId);
+    expect(all.dismissed).toBe(true);
+    const active = sc(await s().call('launch', { agent: 'sleeper', task: 'x' })).runId as string;
+    const refused = await s().call('dismiss', { runId: active });
+    expect(textOf(refused)).toMatch(/^RUN_ACTIVE/);
+    const ok = await s().call('dismiss', { runId: active, cancel: true });
+    expect(ok.isError, textOf(ok)).toBeFalsy();
+    expect(sc(ok)).toMatchObject({ state: 'cancelled', dismissed: true, cancelled: true });
+  }, 90_000);
+
+  it('restore: a new session of the same conversation adopts the earlier session\'s runs', async () => {
+    const first = sc(await s().call('status', {}));
+    const earlier = first.sessionId as string;
+    const env: Record<string, string> = { SUBAGENTS_HOME: homes[mode], SUBAGENTS_ROOTS: t.root };
+    if (mode === 'redis') env.SUBAGENTS_REDIS_URL = redis.url;
+    const next = await startServer(env);
+    extra.push(next);
+    const before = sc(await next.call('status', {}));
+    expect(before.runs).toEqual([]);
+    const r = await next.call('restore', { lineage: [earlier, 'never-seen-session-id-0000'] });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    expect(sc(r).adopted).toBeGreaterThanOrEqual(1);
+    expect(sc(r).unknown).toEqual(['never-seen-session-id-0000']);
+    expect(sc(r).lineage).toContain(earlier);
+    const runId = first.runs[0].runId as string;
+    const seen = await next.call('status', { runId });
+    expect(seen.isError, textOf(seen)).toBeFalsy();
+    expect(sc(seen).adopted).toBe(true);
+  }, 90_000);
+
+  it('status {} with waitMs wakes at the next change of any of the session\'s runs', async () => {
+    const r = await s().call('launch', { agent: 'sleeper', task: 'list wait' });
+    const runId = sc(r).runId as string;
+    for (let i = 0; i < 40; i++) {
+      const v = sc(await s().call('status', { runId, waitMs: 2000 }));
+      if (v.state === 'running') break;
+    }
+    // The cancel may reach the server before or after the wait starts: either way the wait answers with the
+    // cancelled run, never at the end of its 40 s.
+    const waiting = s().call('status', { waitMs: 40_000 });
+    await s().call('cancel', { runId });
+    const w = sc(await waiting);
+    const listed = w.runs.find((x: { runId: string }) => x.runId === runId);
+    expect(w.changed === true || listed.state === 'cancelled', JSON.stringify({ changed: w.changed, state: listed.state })).toBe(true);
+    expect(w.waitedMs).toBeLessThan(40_000);
+    await waitTerminal(s(), runId, 30_000);
+  }, 90_000);
+
+  it('the session\'s list shows its runs', async () => {
+    const v = sc(await s().call('status', {}));
+    expect(v.runs.length).toBeGreaterThanOrEqual(5);
+    expect(v.capacity.limit).toBe(8);
+  });
+});
