@@ -14,18 +14,24 @@ export function pruneAgentSlots(l: Ledger): void {
   }
 }
 
+/** Reserved slots this process took as its own without a ledger section (`adoptReserved`), by ledger key. */
+const adopted = new Set<string>();
+
 /**
- * Takes an agent slot for `key` (`<runId>:<stepKey>`). A slot its nested launch reserved is taken over at once;
- * otherwise it waits for a free one (SUBAGENTS_MAX_AGENTS is per state home, nested agents included). Returns
- * false if `signal` aborts first.
+ * Takes an agent slot for `key` (`<runId>:<stepKey>`) and returns the ledger key it holds: a slot its launch reserved
+ * and bound to this runner is taken as it is (`adoptReserved`); else under the ledger lock a reserved one is taken
+ * over, or it waits for a free one (SUBAGENTS_MAX_AGENTS is per state home, nested agents included). Null if `signal`
+ * aborts first.
  */
-export async function claimAgentSlot(ledger: CapacityLedger, key: string, runner: ProcessIdentity, maxAgents: number, signal: AbortSignal, root?: string): Promise<boolean> {
+export async function claimAgentSlot(ledger: CapacityLedger, key: string, runner: ProcessIdentity, maxAgents: number, signal: AbortSignal, root?: string): Promise<string | null> {
   const reservedPrefix = `${key.slice(0, key.indexOf(':'))}:reserved:`;
+  const own = adoptReserved(ledger, reservedPrefix, runner);
+  if (own) return own;
   let delay = 50;
   while (!signal.aborted) {
     const got = await ledger.change((l) => {
       const slot = { runner, agent: null, at: new Date().toISOString(), ...(root ? { root } : {}) };
-      const reserved = Object.keys(l.agents).find((k) => k.startsWith(reservedPrefix));
+      const reserved = Object.keys(l.agents).find((k) => k.startsWith(reservedPrefix) && !adopted.has(k));
       if (reserved) {
         delete l.agents[reserved];
         l.agents[key] = slot;
@@ -40,11 +46,30 @@ export async function claimAgentSlot(ledger: CapacityLedger, key: string, runner
       if (e instanceof SubagentError && e.code === 'BUSY') return false;
       throw e;
     });
-    if (got) return true;
+    if (got) return key;
     await sleep(delay);
     delay = Math.min(delay * 2, 500);
   }
-  return false;
+  return null;
+}
+
+/**
+ * A slot the run's launch reserved and bound to this runner before it said proceed (manager/capacity.ts, `reserve`
+ * and `bindReservation`), found by a lock-free read of the ledger: it is this runner's already, and nothing but this
+ * runner's own end, or its death, removes it (pruning keeps a slot whose holder lives). Taking it as it is, under
+ * its reserved key, saves a ledger section on the way to the first agent's start, on the lock every run of the state
+ * home shares. Each reserved key is taken once per process; the locked takeover skips the keys taken so.
+ */
+function adoptReserved(ledger: CapacityLedger, reservedPrefix: string, runner: ProcessIdentity): string | null {
+  const l = ledger.peek();
+  if (!l) return null;
+  for (const [k, slot] of Object.entries(l.agents)) {
+    if (!k.startsWith(reservedPrefix) || adopted.has(k) || slot.agent !== null) continue;
+    if (slot.runner.pid !== runner.pid || slot.runner.startTime !== runner.startTime) continue;
+    adopted.add(k);
+    return k;
+  }
+  return null;
 }
 
 export async function setAgentSlotProcess(ledger: CapacityLedger, key: string, agent: ProcessIdentity): Promise<void> {

@@ -21,6 +21,8 @@ export interface StartedRunner {
   readonly pid?: number | undefined;
   readonly exitCode: number | null;
   readonly signalCode: NodeJS.Signals | null;
+  /** Set once its end was seen where neither code is known (a runner that is not this process's child). */
+  readonly gone?: boolean;
   once(event: 'exit', fn: (code: number | null, signal: NodeJS.Signals | null) => void): unknown;
   off(event: 'exit', fn: (code: number | null, signal: NodeJS.Signals | null) => void): unknown;
 }
@@ -48,7 +50,7 @@ async function waitFor<T>(o: WaitOptions, phase: HandshakePhase, file: string, r
     stop.abort();
   };
   const onAbort = () => stop.abort();
-  if (o.child.exitCode !== null || o.child.signalCode !== null) onExit(o.child.exitCode, o.child.signalCode);
+  if (o.child.exitCode !== null || o.child.signalCode !== null || o.child.gone === true) onExit(o.child.exitCode, o.child.signalCode);
   else o.child.once('exit', onExit);
   o.signal.addEventListener('abort', onAbort, { once: true });
   try {

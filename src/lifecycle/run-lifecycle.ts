@@ -52,6 +52,11 @@ export interface EndOptions {
   runnerStatus?: RunStatus;
   /** An earlier attempt at this same end already returned the ledger (a commit retried after a refused write). */
   ledgerReturned?: boolean;
+  /**
+   * Whether the ledger's return is fsynced (default true). A run's own runner passes false (`returnRunLedger`): what
+   * it returns is recoverable from liveness alone.
+   */
+  ledgerDurable?: boolean;
 }
 
 export interface EndResult {
@@ -89,7 +94,7 @@ export async function endRun(on: RunEnder, run: EndingRun, end: RunEnd, options:
     let ledgerError: unknown = null;
     if (!ledgerReturned && next.survivors.length === 0) {
       try {
-        await returnRunLedger(on, run, next);
+        await returnRunLedger(on, run, next, options.ledgerDurable ?? true);
         ledgerReturned = true;
       } catch (e) {
         ledgerError = e;
@@ -132,10 +137,17 @@ export function unstartedAgents(status: RunStatus): number {
   return n;
 }
 
-/** Returns an ended run's ledger entries (see `returnRunLocked`) under the ledger lock. */
-export async function returnRunLedger(on: RunEnder, run: EndingRun, status: RunStatus): Promise<void> {
+/**
+ * Returns an ended run's ledger entries (see `returnRunLocked`) under the ledger lock. `durable: false` is for a run
+ * that started, ended by its own runner (docs/contract.md, "Invariants", 1): it left the queue when it started, and
+ * only a crash of the machine loses a write that was not fsynced — a crash that leaves no runner and no agent of the
+ * home alive, so liveness pruning returns every slot, capacity slot and tree that the lost return held (a fan-out
+ * refund goes with its tree). Not fsyncing it takes two fsyncs off every run's end, under the lock every run of the
+ * state home shares.
+ */
+export async function returnRunLedger(on: RunEnder, run: EndingRun, status: RunStatus, durable = true): Promise<void> {
   const unstarted = unstartedAgents(status);
-  await on.ledger.change((l) => returnRunLocked(l, on.store, run, unstarted));
+  await on.ledger.change((l) => returnRunLocked(l, on.store, run, unstarted), { durable });
 }
 
 /**

@@ -56,6 +56,12 @@ export interface ReserveRequest {
    * recorded `maxAgents` — has no room for them) instead of a capacity slot.
    */
   nested: { rootRunId: string; agentSlots: number; maxAgents: number } | null;
+  /**
+   * A top-level launch whose first step is one agent: its agent slot is reserved here too when the home has one free
+   * (never refused or waited for: without one, the runner waits for a slot as before), so that its runner starts the
+   * agent without a ledger section of its own (src/lifecycle/agent-slots.ts, `adoptReserved`).
+   */
+  firstAgent?: { maxAgents: number } | null;
   treeLimits: { maxSpawns: number; maxDepth: number };
 }
 
@@ -102,6 +108,9 @@ export async function reserve(ctx: ManagerContext, req: ReserveRequest): Promise
     const at = new Date().toISOString();
     if (!req.nested) {
       l.roots[req.runId] = { at, server: ctx.server, runner: null, handshakeMs: settings.handshakeTimeoutMs };
+      if (req.firstAgent && Object.keys(l.agents).length < req.firstAgent.maxAgents) {
+        l.agents[`${req.runId}:reserved:0`] = { runner: ctx.server, agent: null, at, root: req.runId };
+      }
     } else {
       for (let i = 0; i < req.nested.agentSlots; i++) l.agents[`${req.runId}:reserved:${i}`] = { runner: ctx.server, agent: null, at, root: rootId };
     }
@@ -113,7 +122,7 @@ export async function reserve(ctx: ManagerContext, req: ReserveRequest): Promise
 }
 
 /**
- * Binds a reservation (a top-level run's capacity slot, a nested run's reserved agent slots) to the runner that
+ * Binds a reservation (a top-level run's capacity slot, the agent slots reserved for its first step) to the runner that
  * proved itself in the handshake: from now on it is released only on that runner's proven end.
  */
 export async function bindReservation(ctx: ManagerContext, runId: string, runner: ProcessIdentity, nested: boolean): Promise<void> {
@@ -122,10 +131,11 @@ export async function bindReservation(ctx: ManagerContext, runId: string, runner
       const r = l.roots[runId];
       if (!r) throw new SubagentError('HANDSHAKE_FAILED', 'the capacity reservation expired before the runner was ready');
       r.runner = runner;
-      return;
     }
     for (const [key, slot] of Object.entries(l.agents)) if (key.startsWith(`${runId}:reserved:`)) slot.runner = runner;
-  });
+    // Not fsynced (docs/contract.md, invariant 1): only a crash of the machine loses it, which leaves the launching
+    // server dead too, and pruning returns an unbound reservation of a dead server. Two fsyncs fewer before proceed.
+  }, { durable: false });
 }
 
 /** Returns a failed launch's reservation, its agent slots and its fan-out claims (no agent started). */

@@ -166,7 +166,8 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   }
   // Reserved first (docs/contract.md, "Run states"). While the reservation's ledger write is on the disk, this thread writes the run's
   // directory under a hidden name: nothing sees it until it is published, after the reservation holds.
-  const reserving = reserve(ctx, { runId, claims: paths.length, claimPaths: paths, nested, treeLimits: limits });
+  const firstAgent = !nesting && steps[0]?.kind === 'agent' ? { maxAgents: settings.maxAgents } : null;
+  const reserving = reserve(ctx, { runId, claims: paths.length, claimPaths: paths, nested, firstAgent, treeLimits: limits });
   reserving.catch(() => {}); // awaited below
   let prepared: PreparedRun | null = null;
   let prepareFailure: unknown = null;
@@ -219,16 +220,21 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     const env = runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord), envFor);
     // A pre-booted idle runner when the home has one (manager/warm-pool.ts), else one booted for this run.
     askedWarmPool = true;
-    child = claimWarmRunner(ctx, runPaths.dir, env)
+    const warm = claimWarmRunner(ctx, runPaths.dir, env);
+    child = warm?.child
       ?? await spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env, logFile: runPaths.runnerLog });
     testFault(ctx, 'server-after-spawn');
     // Bound while the runner boots (the server is idle for those ~30 ms): to the process we started, as /proc shows
     // it now. Its ready report must then name exactly this process, or the launch fails and releases what it holds.
-    const spawned = child.pid === undefined ? null : readIdentity(child.pid);
+    const spawned = warm ? warm.runner : child.pid === undefined ? null : readIdentity(child.pid);
     const early = spawned ? bindReservation(ctx, runId, spawned, nesting !== null) : null;
     early?.catch(() => {}); // awaited after ready
     const wait = { paths: runPaths, child, deadline, signal: o.signal };
-    runner = await awaitReady(wait);
+    // A warm runner's identity was proven before its claim (announced, then found alive under it once taken), and
+    // only that process reads the claim: bound to it, it is told to proceed without waiting for its ready report —
+    // one wake-up of each process fewer per launch (docs/architecture.md, "Warm runners"). Its death from here on
+    // is seen by the pool's liveness poll, as HANDSHAKE_FAILED at the proceed phase.
+    runner = warm ? warm.runner : await awaitReady(wait);
     phase = 'bind';
     o.onProgress?.('ready');
     if (spawned && spawned.startTime !== runner.startTime) {

@@ -72,9 +72,10 @@ function ownIdle(files: WarmPoolFiles): IdleEntry[] {
 
 /**
  * Takes an idle runner for the run in `runDir` and hands it the run's environment; null when the pool is off or empty
- * (the launch boots one). The returned child reports the runner's death during the handshake, as a spawned one would.
+ * (the launch boots one). The returned child reports the runner's death during the handshake, as a spawned one would;
+ * `runner` is its identity as announced and found alive after it was taken: the claim reaches that process alone.
  */
-export function claimWarmRunner(ctx: ManagerContext, runDir: string, env: Record<string, string>): DetachedChild | null {
+export function claimWarmRunner(ctx: ManagerContext, runDir: string, env: Record<string, string>): { child: DetachedChild; runner: ProcessIdentity } | null {
   if (ctx.settings.warmRunners === 0) return null;
   const state = stateOf(ctx);
   state.demand++;
@@ -92,7 +93,7 @@ export function claimWarmRunner(ctx: ManagerContext, runDir: string, env: Record
       files.forget(e.key, e.log);
       continue;
     }
-    return watched(e, ctx.settings.handshakeTimeoutMs);
+    return { child: watched(e, ctx.settings.handshakeTimeoutMs), runner: { pid: e.pid, startTime: e.startTime } };
   }
   return null;
 }

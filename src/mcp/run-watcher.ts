@@ -25,7 +25,26 @@ export const FULL_POLL_EVERY = 10;
  */
 export const FULL_SCAN_GAP_MS = 100;
 
-interface Seen { fp: string; state: RunState }
+interface Seen {
+  fp: string;
+  state: RunState;
+  /** The status file's identity when it was read (inode, size, times), and what of it the fingerprint took. */
+  statusKey?: string | null;
+  statusFp?: string;
+}
+
+/**
+ * A status file's identity: it is only ever replaced whole (a new inode renamed into place), so a file whose inode,
+ * size and times are those of the last read is that read (the ledger's lock-free reads rely on the same).
+ */
+function fileKey(file: string): string | null {
+  try {
+    const st = fs.lstatSync(file, { bigint: true });
+    return `${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`;
+  } catch {
+    return null;
+  }
+}
 
 /** An ended run as a full scan last checked it. */
 interface Settled { meta: RunMeta; dismissed: boolean }
@@ -195,16 +214,28 @@ export class RunWatcher {
 
   private read(m: RunMeta, prev: Seen | undefined, reconcile: boolean): Seen | null {
     try {
-      const s = this.ctx.store.readStatus(m.runId);
-      if (!s) return null;
-      if (reconcile && !isTerminalRun(s.state) && (prev?.state === 'running' || s.state === 'running')) {
+      // An unchanged status file is not read and checked again: with eight runs going, every tool call and every
+      // event re-read all of them (most of a burst's server CPU after the launches).
+      const statusKey = fileKey(this.ctx.store.paths(m.runId).status);
+      let state: RunState;
+      let statusFp: string;
+      if (statusKey !== null && prev?.statusKey === statusKey && prev.statusFp !== undefined) {
+        state = prev.state;
+        statusFp = prev.statusFp;
+      } else {
+        const s = this.ctx.store.readStatus(m.runId);
+        if (!s) return null;
+        const steps = s.steps.map((x) => `${x.state}${x.members ? `[${x.members.map((y) => y.state).join(',')}]` : ''}`).join('/');
+        state = s.state;
+        statusFp = `${s.state}|${steps}|${s.appendsTaken}`;
+      }
+      if (reconcile && !isTerminalRun(state) && (prev?.state === 'running' || state === 'running')) {
         // A dead runner writes nothing: reconciliation is what turns silence into a state change.
         void reconcileRun(this.ctx, m.runId).catch(() => {});
       }
       let appends = 0;
       try { appends = fs.readdirSync(this.ctx.store.paths(m.runId).appendsDir).length; } catch { /* none */ }
-      const steps = s.steps.map((x) => `${x.state}${x.members ? `[${x.members.map((y) => y.state).join(',')}]` : ''}`).join('/');
-      return { state: s.state, fp: `${s.state}|${steps}|${s.appendsTaken}|${appends}` };
+      return { state, fp: `${statusFp}|${appends}`, statusKey, statusFp };
     } catch {
       return null;
     }

@@ -8,8 +8,11 @@ import type { SpawnReply, SpawnRequest } from './spawner-worker.js';
 export class DetachedChild extends EventEmitter {
   exitCode: number | null = null;
   signalCode: NodeJS.Signals | null = null;
+  /** Seen gone, even when how it ended is not known (a warm runner is not our child: both codes stay null). */
+  gone = false;
   constructor(readonly pid: number | undefined) { super(); }
   exited(code: number | null, signal: NodeJS.Signals | null): void {
+    this.gone = true;
     this.exitCode = code;
     this.signalCode = signal;
     this.emit('exit', code, signal);

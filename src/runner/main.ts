@@ -11,6 +11,7 @@ import { selfIdentity } from '../process/identity.js';
 import { waitUntil } from '../wait.js';
 import { claimStartQuickly } from './claim-start.js';
 import { adoptRun, awaitWarmClaim } from './warm-idle.js';
+import { loadCachedBundle, supervisorCacheFile } from './code-cache.js';
 import { installClockJump } from './test-clock.js';
 import type { RunRecord } from '../store/run-types.js';
 
@@ -52,14 +53,20 @@ async function warmStart(warmDir: string): Promise<{ runDir: string; supervisor:
     warmDir, me: selfIdentity(), build: process.env.SUBAGENTS_WARM_BUILD ?? '', bootLog,
     idleMs: Number(process.env.SUBAGENTS_WARM_IDLE_MS) || 300_000,
     claimWaitMs: Number(process.env.SUBAGENTS_WARM_CLAIM_MS) || 10_000,
-    prepare: () => { void loadSupervisor().then((s) => { supervisor = s; }); },
+    prepare: async () => {
+      const loaded = await loadSupervisor(warmDir);
+      supervisor = loaded.exports;
+      // Its first step's one-time costs paid now, while idle (runner/rehearsal.ts), and what that compiled kept for
+      // the runners that boot after it (runner/code-cache.ts).
+      if (await supervisor.rehearse(warmDir, selfIdentity())) loaded.saveCache();
+    },
   });
   if (!got) {
     if (bootLog) fs.rmSync(bootLog, { force: true });
     return null;
   }
   adoptRun(got.claim, bootLog, new RunPaths(got.claim.runDir).runnerLog);
-  return { runDir: got.claim.runDir, supervisor: supervisor ?? await loadSupervisor() };
+  return { runDir: got.claim.runDir, supervisor: supervisor ?? (await loadSupervisor(warmDir)).exports };
 }
 
 async function main(): Promise<number> {
@@ -105,7 +112,8 @@ async function main(): Promise<number> {
   }
   fault('after-proceed');
   const claimed = claimStartQuickly(paths, me, MY_ATTEMPT);
-  const { supervise, settleLocks, handOffFreedSlot } = preloaded ?? await loadSupervisor();
+  // The home's warm directory holds the supervisor's code cache (runner/code-cache.ts), read-only here.
+  const { supervise, settleLocks, handOffFreedSlot } = preloaded ?? (await loadSupervisor(path.join(path.dirname(path.dirname(runDir)), 'warm'))).exports;
   try {
     const code = await supervise(record, paths, me, claimed, undefined, MY_ATTEMPT);
     // The slot this run held is free (or was never taken): the head of the queue gets it from us, the one process
@@ -137,10 +145,16 @@ main().then(
  */
 type Supervisor = typeof import('./supervise.js');
 
-function loadSupervisor(): Promise<Supervisor> {
+async function loadSupervisor(warmDir: string): Promise<{ exports: Supervisor; saveCache: () => void }> {
+  const none = () => {};
   // Computed specifiers: the bundler must leave the supervisor out of this entry (it loads only after ready).
   if (typeof require === 'function' && typeof __dirname === 'string') {
-    return Promise.resolve(require(path.join(__dirname, '..', 'runner-supervisor.cjs')) as typeof import('./supervise.js'));
+    const bundle = path.join(__dirname, '..', 'runner-supervisor.cjs');
+    try {
+      return loadCachedBundle<Supervisor>(bundle, supervisorCacheFile(warmDir, bundle), require);
+    } catch {
+      return { exports: require(bundle) as Supervisor, saveCache: none }; // as Node loads it, without the cache
+    }
   }
-  return import(new URL('./supervise.js', import.meta.url).href) as Promise<typeof import('./supervise.js')>;
+  return { exports: await (import(new URL('./supervise.js', import.meta.url).href) as Promise<Supervisor>), saveCache: none };
 }

@@ -14,6 +14,7 @@ import type { Layout, RunPaths } from '../store/layout.js';
 import { endRun, returnRunLedger, type EndState } from '../lifecycle/run-lifecycle.js';
 export { settleLocks } from '../store/lock.js';
 export { handOffFreedSlot } from './hand-off.js';
+export { rehearse } from './rehearsal.js';
 import { queueIsEmpty } from '../lifecycle/queue.js';
 import type { CapacityLedger, RunStore } from '../store/ports.js';
 import { fileStatePorts, type StatePorts } from '../lifecycle/state-ports.js';
@@ -311,8 +312,9 @@ class Executor {
   }
 
   private async runAgent(st: StepStatus, spec: AgentTaskSpec, task: string, signal: AbortSignal): Promise<StepOutcome> {
-    const slotKey = `${this.runId}:${st.key}`;
-    const got = await claimAgentSlot(this.ledger, slotKey, this.me, this.record.maxAgents, signal, this.record.rootRunId);
+    // The ledger key of the slot held: the step's own, or the reserved one its launch bound to this runner.
+    const got = await claimAgentSlot(this.ledger, `${this.runId}:${st.key}`, this.me, this.record.maxAgents, signal, this.record.rootRunId);
+    const slotKey = got ?? `${this.runId}:${st.key}`;
     if (!got || signal.aborted) {
       // Stopped (cancel, timeout, failFast) before its agent was spawned: it never started, its fan-out claim is returned.
       if (got) await releaseAgentSlot(this.ledger, slotKey).catch(() => {});
@@ -421,7 +423,9 @@ class Executor {
       st.state = 'failed';
       st.error = { code: 'STEP_FAILED', message: `step ${st.key}: ${uncommitted}` };
     }
-    await this.write();
+    // A single run's one step ends with the run: its end is in the terminal write that follows the sweep of leftovers
+    // (one locked status write fewer on the path a waiting client is woken by).
+    if (this.record.mode !== 'single') await this.write();
     this.store.event(this.runId, { type: 'step-ended', step: st.key, state: st.state, exitCode: st.exitCode, signal: st.signal });
     return { ok, ran: true, text: { file: this.paths.output(st.key), cap: this.record.maxOutputBytes }, error: st.error };
   }
@@ -513,7 +517,7 @@ class Executor {
    * holds the run lock. Retried whole by `persistently` after a refused write; the ledger is returned only once.
    */
   private async endLocked(state: EndState, error: StepError | null): Promise<void> {
-    const r = await endRun({ store: this.store, ledger: this.ledger }, this.record, { state, error }, { locked: true, runnerStatus: this.status, ledgerReturned: this.ledgerReturned });
+    const r = await endRun({ store: this.store, ledger: this.ledger }, this.record, { state, error }, { locked: true, runnerStatus: this.status, ledgerReturned: this.ledgerReturned, ledgerDurable: false });
     this.ledgerReturned = r.ledgerReturned;
     this.endedHere ||= r.ours;
     this.status = r.status;
@@ -524,7 +528,7 @@ class Executor {
   private async retryLedgerReturn(): Promise<void> {
     if (!this.endedHere || this.ledgerReturned || this.status.survivors.length > 0) return;
     try {
-      await returnRunLedger({ store: this.store, ledger: this.ledger }, this.record, this.status);
+      await returnRunLedger({ store: this.store, ledger: this.ledger }, this.record, this.status, false);
       this.ledgerReturned = true;
     } catch (e) {
       process.stderr.write(`runner: ledger release failed: ${(e as Error).message}\n`);

@@ -20,13 +20,16 @@ export interface WarmIdleOptions {
   idleMs: number;
   /** How long a taken runner waits for its claim (the claimant's handshake timeout). */
   claimWaitMs: number;
-  /** Work done before the announcement (loading the supervisor): a claimed runner never makes its launch wait for it. */
-  prepare?: () => void;
+  /**
+   * Work done before the announcement (loading the supervisor, the rehearsal): a claimed runner never makes its launch
+   * wait for it.
+   */
+  prepare?: () => Promise<void>;
 }
 
 export async function awaitWarmClaim(o: WarmIdleOptions): Promise<{ claim: WarmClaim; key: string } | null> {
   const files = new WarmPoolFiles(o.warmDir);
-  o.prepare?.();
+  await o.prepare?.();
   const key = files.announce(o.me, o.build, o.bootLog);
   const watch = { dirs: [o.warmDir], filter: (n: string) => files.isOwnName(key, n), pollMs: 1000 };
   const seen = await waitUntil<'taken'>({

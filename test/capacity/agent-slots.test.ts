@@ -84,4 +84,31 @@ describe('top-level group members wait for an agent slot', () => {
     expect(maxSeen(dir)).toEqual([1, 1, 1]);
     await until(() => emptyLedger(t.home), 'every agent slot back');
   });
+
+  it("a single run's slot is reserved by its launch and held by its runner, with its agent; one launched at a full home waits", async () => {
+    t = tempStateHome();
+    writeAgent(path.join(t.home, 'agents'), 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
+    writeAgent(path.join(t.home, 'agents'), 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
+    const s = await start({ SUBAGENTS_MAX_AGENTS: '1' });
+    const first = await s.call('launch', { agent: 'sleeper', task: 'hold the slot' });
+    expect(first.isError, textOf(first)).toBeFalsy();
+    const firstId = sc(first).runId as string;
+    // The reserved key, bound to the runner at the handshake, now names the agent too (no second slot was taken).
+    await until(() => readRun(t.home, firstId).status.steps[0].process != null, 'the first agent started');
+    const runner = readRun(t.home, firstId).status.runner;
+    await until(() => readLedger(t.home).agents[`${firstId}:reserved:0`]?.agent != null, 'the agent recorded in its slot');
+    const slots = readLedger(t.home).agents;
+    expect(Object.keys(slots)).toEqual([`${firstId}:reserved:0`]);
+    expect(slots[`${firstId}:reserved:0`]!.runner).toEqual({ pid: runner.pid, startTime: runner.startTime });
+    // No free slot at its launch: nothing reserved, and its runner waits for the first run's slot.
+    const second = await s.call('launch', { agent: 'echo', task: 'wait for the slot' });
+    expect(second.isError, textOf(second)).toBeFalsy();
+    const secondId = sc(second).runId as string;
+    expect(Object.keys(readLedger(t.home).agents).some((k) => k.startsWith(`${secondId}:`))).toBe(false);
+    expect(readRun(t.home, secondId).status.steps[0].state).toBe('pending');
+    expect(sc(await s.call('cancel', { runId: firstId })).state ?? 'cancelled').toBeTruthy();
+    const [a, b] = [await waitTerminal(s, firstId), await waitTerminal(s, secondId)];
+    expect([a.state, b.state]).toEqual(['cancelled', 'completed']);
+    await until(() => emptyLedger(t.home), 'every agent slot back');
+  });
 });

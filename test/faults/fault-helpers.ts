@@ -88,6 +88,9 @@ export function tempFiles(dir: string): string[] {
       // In the warm pool's directory, a temp whose writer is alive is an idle runner announcing itself right now: a
       // write in progress, not one left behind. (Anywhere else a live writer's temp counts: a failed write must clean up.)
       const writer = path.basename(d) === 'warm' ? /\.(\d+)\.[0-9a-f]+\.tmp$/.exec(e.name) : null;
+      // Likewise a live idle runner's rehearsal home (src/runner/rehearsal.ts): its own scratch run, still going.
+      const rehearsing = path.basename(d) === 'warm' && e.isDirectory() ? /^rehearsal-(\d+)-/.exec(e.name) : null;
+      if (rehearsing && pidAlive(Number(rehearsing[1]))) continue;
       if (/^\..*\.tmp$/.test(e.name) && !(writer && pidAlive(Number(writer[1])))) out.push(p);
       else if (e.isDirectory()) walk(p);
     }

@@ -74,6 +74,52 @@ describe('warm runners', () => {
     expect(ledger(t!.home).roots).toEqual({});
   });
 
+  it('an idle runner rehearses in a scratch home of its own: the real home gets no run, ledger entry or leftover', async () => {
+    setup();
+    // A scratch home left by a runner killed mid-rehearsal (a dead pid) is removed by the next runner that boots.
+    const warm = path.join(t!.home, 'warm');
+    fs.mkdirSync(warm, { recursive: true, mode: 0o700 });
+    const stale = path.join(warm, 'rehearsal-999999999-1');
+    fs.mkdirSync(path.join(stale, 'runs'), { recursive: true, mode: 0o700 });
+    const s = await serve();
+    const idle = await poolOf(2);
+    expect(fs.existsSync(stale)).toBe(false);
+    expect(fs.readdirSync(warm).filter((n) => n.startsWith('rehearsal-'))).toEqual([]);
+    expect(runDirs(t!.home)).toEqual([]);
+    expect(fs.existsSync(path.join(t!.home, 'ledger.json')) ? ledger(t!.home) : { roots: {}, agents: {}, trees: {} }).toMatchObject({ roots: {}, agents: {}, trees: {} });
+    // Its rehearsal's agent is gone (nothing else in its process group), and it still serves a run as its own.
+    for (const id of idle) expect(pidsMentioning(`rehearsal-${id.pid}-`)).toEqual([]);
+    const r = await s.call('launch', { agent: 'echo', task: 'after the rehearsal' });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    const done = sc(await s.call('status', { runId: sc(r).runId, waitMs: 30_000, until: 'terminal' }));
+    expect(done.state).toBe('completed');
+    expect(fs.readFileSync(path.join(t!.home, 'runs', sc(r).runId, 'out', '0.txt'), 'utf8')).toContain('after the rehearsal');
+    expect(idle.map((i) => i.pid)).toContain(readJson(path.join(t!.home, 'runs', sc(r).runId, 'status.json')).runner.pid);
+  });
+
+  it("the rehearsal leaves the supervisor's code cache; a damaged cache is refused, replaced, and costs nothing else", async () => {
+    setup();
+    const s = await serve();
+    const idle = await poolOf(2);
+    const warm = path.join(t!.home, 'warm');
+    const caches = () => fs.readdirSync(warm).filter((n) => n.startsWith('supervisor-') && n.endsWith('.v8cache'));
+    await until(() => caches().length === 1, 'the code cache written');
+    const cache = path.join(warm, caches()[0]!);
+    expect(fs.statSync(cache).mode & 0o777).toBe(0o600);
+    // Garbage in its place: the runners that boot next must refuse it (V8 checks it), compile as without it, and
+    // write a good one again.
+    fs.writeFileSync(cache, Buffer.alloc(4096, 7));
+    for (const id of idle) process.kill(id.pid, 'SIGKILL');
+    await until(() => idle.every((id) => !stillRunning(id)), 'the idle runners gone');
+    const r = await s.call('launch', { agent: 'echo', task: 'with a damaged cache' });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    expect(sc(await s.call('status', { runId: sc(r).runId, waitMs: 30_000, until: 'terminal' })).state).toBe('completed');
+    await until(() => idleRunners(t!.home).filter((id) => !idle.some((old) => old.pid === id.pid)).length >= 1, 'a replacement idle');
+    await until(() => !fs.readFileSync(cache).equals(Buffer.alloc(4096, 7)), 'the cache written again', 20_000);
+    const again = await s.call('launch', { agent: 'echo', task: 'with the cache again' });
+    expect(sc(await s.call('status', { runId: sc(again).runId, waitMs: 30_000, until: 'terminal' })).state).toBe('completed');
+  });
+
   it('an idle runner killed while idle costs nothing: launches still start, and it is replaced', async () => {
     setup();
     const s = await serve();
@@ -103,7 +149,8 @@ describe('warm runners', () => {
     await filler.close();
     const s = await serve({ SUBAGENTS_TEST_FAULT: 'before-ready', SUBAGENTS_HANDSHAKE_TIMEOUT_MS: '20000' });
     const r = await s.call('launch', { agent: 'echo', task: 'must never run' });
-    expect(textOf(r)).toMatch(/^HANDSHAKE_FAILED: .*the spawn phase: the runner exited/);
+    // A warm runner is bound and told to proceed at its claim (its identity is known): its death shows at proceed.
+    expect(textOf(r)).toMatch(/^HANDSHAKE_FAILED: .*the proceed phase: the runner exited/);
     const [runId] = runDirs(t!.home);
     const status = readJson(path.join(t!.home, 'runs', runId!, 'status.json'));
     expect(status.state).toBe('failed');
