@@ -8,7 +8,10 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FIXTURE_AGENTS, MAIN_JS } from '../helpers/paths.js';
-import { startRedis, type RedisInstance } from '../helpers/redis-server.js';
+import { REDIS_SERVER, startRedis, type RedisInstance } from '../helpers/redis-server.js';
+import { skipWithout } from '../helpers/system-tools.js';
+
+const skipped = skipWithout('redis-server', REDIS_SERVER !== null);
 import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 
@@ -31,6 +34,7 @@ const homes: Record<'local' | 'redis', string> = {} as Record<'local' | 'redis',
 const extra: Started[] = [];
 
 beforeAll(async () => {
+  if (skipped) return;
   redis = await startRedis();
   t = tempStateHome('sa-modes-');
   const workerHome = path.join(t.base, 'worker');
@@ -66,7 +70,7 @@ afterAll(async () => {
   t?.cleanup();
 }, 30_000);
 
-describe.each(['local', 'redis'] as const)('the contract in %s mode', (mode) => {
+describe.skipIf(skipped).each(['local', 'redis'] as const)('the contract in %s mode', (mode) => {
   const s = () => modes[mode];
 
   it('single: completed with the agent\'s output, exit code and pid', async () => {

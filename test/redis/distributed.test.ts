@@ -12,7 +12,11 @@ import { keys } from '../../src/store/redis/keys.js';
 import { RedisRuns } from '../../src/store/redis/run-store.js';
 import type { ScriptedRedis } from '../../src/store/redis/scripts.js';
 import { MAIN_JS, FIXTURE_AGENTS } from '../helpers/paths.js';
-import { startRedis, type RedisInstance } from '../helpers/redis-server.js';
+import { REDIS_SERVER, startRedis, type RedisInstance } from '../helpers/redis-server.js';
+import { skipWithout } from '../helpers/system-tools.js';
+
+const skipped = skipWithout('redis-server', REDIS_SERVER !== null);
+const suite = skipped ? describe.skip : describe;
 import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 import os from 'node:os';
@@ -102,6 +106,7 @@ async function waitState(s: Started, runId: string, want: (state: string) => boo
 }
 
 beforeAll(async () => {
+  if (skipped) return;
   redis = await startRedis();
   t = tempStateHome('sa-redis-');
 }, 30_000);
@@ -113,7 +118,7 @@ afterAll(async () => {
   t?.cleanup();
 }, 30_000);
 
-describe('capacity is exact across servers (Lua in Redis)', () => {
+suite('capacity is exact across servers (Lua in Redis)', () => {
   it('two Redis clients racing 200 times for the last active-run slot (and 50 for the last agent slot): exactly one wins each time', async () => {
     // Two connections stand in for two servers: the script runs alone in Redis whichever connection sends it.
     const a = new RedisRuns(connect(redis.url, { blocking: true }));
@@ -172,7 +177,7 @@ describe('capacity is exact across servers (Lua in Redis)', () => {
   }, 90_000);
 });
 
-describe('launch → worker → completed through a real MCP server', () => {
+suite('launch → worker → completed through a real MCP server', () => {
   it('runs on a worker, status waitMs wakes on the run\'s channel, and output comes from Redis', async () => {
     await startWorker('a');
     const s = await server();
@@ -275,7 +280,7 @@ describe('launch → worker → completed through a real MCP server', () => {
   }, 90_000);
 });
 
-describe('queue, load sharing and faults', () => {
+suite('queue, load sharing and faults', () => {
   it('cancel of a queued run removes it before any worker takes it', async () => {
     const s = await server({ SUBAGENTS_MAX_ACTIVE_RUNS: '1' });
     // No worker is running: the first run holds the slot (starting), the second waits in the queue.
@@ -369,7 +374,7 @@ describe('queue, load sharing and faults', () => {
   }, 120_000);
 });
 
-describe('nested delegation on a worker', () => {
+suite('nested delegation on a worker', () => {
   it('an agent on a worker delegates through a nested server on that worker (its tree stays on that machine), and the Redis URL never reaches it', async () => {
     const w = await startWorker('nesting');
     writeAgent(path.join(w.home, 'agents'), 'delegate', { backend: 'command', command: ['node', path.join(FIXTURE_AGENTS, 'delegating-agent.mjs'), 'delegate'] });
@@ -387,7 +392,7 @@ describe('nested delegation on a worker', () => {
   }, 120_000);
 });
 
-describe('the command line over Redis', () => {
+suite('the command line over Redis', () => {
   const cli = (args: string[]) => new Promise<{ code: number | null; out: string; err: string }>((resolve) => {
     const c = spawn(process.execPath, [MAIN_JS, ...args, '--redis', redis.url, '--home', path.join(t.base, 'cli-home')], { env: { PATH: process.env.PATH, HOME: process.env.HOME }, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = ''; let err = '';
@@ -434,7 +439,7 @@ describe('the command line over Redis', () => {
   }, 120_000);
 });
 
-describe('draining, restarts and dead servers', () => {
+suite('draining, restarts and dead servers', () => {
   it('SIGTERM drains: the running run finishes, the worker takes nothing new and exits', async () => {
     const w = await startWorker('drain', { concurrency: 1, args: ['--drain-timeout', '30000'] });
     const s = await mainServer();

@@ -8,7 +8,8 @@ import { FIXTURE_AGENTS } from '../helpers/paths.js';
 import { procIdentity, until } from '../helpers/runs.js';
 import { sc, startServer, waitTerminal, type Started } from '../helpers/server.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
-import { firstAgentPid, launchChromium, screenshotDir } from './browser.js';
+import { skipWithout } from '../helpers/system-tools.js';
+import { firstAgentPid, hasChromium, launchChromium, screenshotDir } from './browser.js';
 import { startUi, type UiProcess } from './ui-process.js';
 
 const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
@@ -30,7 +31,7 @@ function rawRequest(port: number, o: { method?: string; path?: string; headers?:
 }
 
 /** The dashboard in a real headless Chromium, over runs a real server launched with fake agents. */
-describe('the dashboard in a real browser', { timeout: 240_000 }, () => {
+describe.skipIf(skipWithout('chromium', hasChromium()))('the dashboard in a real browser', { timeout: 240_000 }, () => {
   let t: ReturnType<typeof tempStateHome>;
   let s: Started;
   let ui: UiProcess;

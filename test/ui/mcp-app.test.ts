@@ -6,7 +6,8 @@ import { FIXTURE_AGENTS, REPO } from '../helpers/paths.js';
 import { procIdentity, until } from '../helpers/runs.js';
 import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
-import { firstAgentPid, launchChromium, screenshotDir } from './browser.js';
+import { skipWithout } from '../helpers/system-tools.js';
+import { firstAgentPid, hasChromium, launchChromium, screenshotDir } from './browser.js';
 
 const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
 const URI = 'ui://subagents/dashboard';
@@ -38,7 +39,7 @@ async function hostScript(): Promise<string> {
   return r.outputFiles[0]!.text;
 }
 
-describe('the dashboard as an MCP App', { timeout: 240_000 }, () => {
+describe.skipIf(skipWithout('chromium', hasChromium()))('the dashboard as an MCP App', { timeout: 240_000 }, () => {
   let t: ReturnType<typeof tempStateHome>;
   let s: Started;
   let other: Started;
