@@ -22,8 +22,10 @@ describe('a ledger that does not parse is rebuilt from the runs of the state hom
     const l = await s.call('launch', { agent: 'gate', task: 'held' });
     expect(l.isError, textOf(l)).toBeFalsy();
     const runId = sc(l).runId as string;
-    // Its agent runs and the ledger names it (the slot a rebuild must find again).
-    await until(() => readLedger(t.home).agents[`${runId}:0`]?.agent != null, 'the agent slot bound to the agent');
+    // Its agent runs and the ledger names it (the slot a rebuild must find again; held under the step's key, or under
+    // the key its launch reserved it by).
+    const slotOf = () => Object.entries(readLedger(t.home).agents).find(([k]) => k.startsWith(`${runId}:`))?.[1] as { agent?: unknown } | undefined;
+    await until(() => slotOf()?.agent != null, 'the agent slot bound to the agent');
     const { status, record } = readRun(t.home, runId);
 
     corrupt(t.home);
