@@ -86,6 +86,9 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
             if (st.state === 'failed') await t.runs.appendOutput(t.runId, `${st.key}.err`, tail(paths.stderr(st.key), 512), 512);
           }
           await t.runs.appendOutput(t.runId, 'run', readFrom(paths.runOutput, 0), t.capBytes);
+          // A run that started and ended while Redis was away never had a running status mirrored: its worker is
+          // recorded here, so the record always says who ran it (docs/scale-out.md, "What lives in Redis").
+          await t.runs.recordHolder(t.runId, fields);
           await t.runs.endRun(mirrored);
           await t.runs.event(t.runId, { type: 'ended', state: local.state, worker: t.worker.id, host: t.worker.host }).catch(() => {});
           return mirrored;

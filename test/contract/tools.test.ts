@@ -6,6 +6,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { INVALID_INPUT_CASES } from '../helpers/invalid-input.js';
 import { writeAgent } from '../helpers/state-home.js';
 import { inMemoryServer, textOf, type InMemoryServer } from './in-memory.js';
 
@@ -71,29 +72,7 @@ describe('tools over the in-memory transport', () => {
   });
 
   it('refuses malformed arguments INVALID_INPUT', async () => {
-    const cases: Array<[string, Record<string, unknown>]> = [
-      ['launch', {}],
-      ['launch', { agent: 'echo' }],
-      ['launch', { agent: 'echo', task: 5 }],
-      ['launch', { agent: 'echo', task: '' }],
-      ['launch', { agent: 'echo', task: 'x', bogus: true }],
-      ['launch', { agent: 'echo', task: 'x', tasks: [{ agent: 'echo', task: 'y' }] }],
-      ['launch', { tasks: [] }],
-      ['launch', { agent: 'echo', task: 'x', concurrency: 2 }],
-      ['launch', { agent: 'echo', task: 'x', timeoutMs: 1.5 }],
-      ['launch', { agent: 'echo', task: 'x', label: 'l'.repeat(201) }],
-      ['launch', { agent: 'echo', task: 'x'.repeat(2 * 1024 * 1024) }],
-      ['status', { waitMs: 'soon' }],
-      ['status', { outputBytes: 10 ** 9 }],
-      ['status', { until: 'forever' }],
-      ['cancel', {}],
-      ['dismiss', {}],
-      ['append', { runId: 'r-x' }],
-      ['restore', {}],
-      ['agents', { extra: 1 }],
-      ['no-such-tool', {}],
-    ];
-    for (const [tool, args] of cases) await refused(tool, args, 'INVALID_INPUT');
+    for (const [tool, args] of INVALID_INPUT_CASES) await refused(tool, args, 'INVALID_INPUT');
   });
 
   it('refuses an unknown agent, a cwd outside the roots and ids that are not run ids', async () => {

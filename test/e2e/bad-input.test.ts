@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { INVALID_INPUT_CASES } from '../helpers/invalid-input.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
 import { FAKE, runDirs } from './support.js';
@@ -56,33 +57,15 @@ describe('bad input: a clear coded refusal, nothing created on disk, the server 
 
   it('malformed arguments answer INVALID_INPUT', async () => {
     const cases: Array<[string, Record<string, unknown>]> = [
-      ['launch', {}],
-      ['launch', { agent: 'echo' }],
+      ...INVALID_INPUT_CASES,
       ['launch', { task: 'x' }],
-      ['launch', { agent: 'echo', task: 5 }],
-      ['launch', { agent: 'echo', task: '' }],
       ['launch', { agent: ['echo'], task: 'x' }],
-      ['launch', { agent: 'echo', task: 'x', bogus: true }],
-      ['launch', { agent: 'echo', task: 'x', tasks: [{ agent: 'echo', task: 'y' }] }],
-      ['launch', { tasks: [] }],
       ['launch', { tasks: [{ agent: 'echo' }] }],
       ['launch', { chain: [{ agent: 'echo', task: 'x', parallel: [{ agent: 'echo', task: 'y' }] }] }],
-      ['launch', { agent: 'echo', task: 'x', concurrency: 2 }],
       ['launch', { agent: 'echo', task: 'x', timeoutMs: -5 }],
-      ['launch', { agent: 'echo', task: 'x', timeoutMs: 1.5 }],
       ['launch', { agent: 'echo', task: 'x', timeoutMs: 10 ** 12 }],
-      ['launch', { agent: 'echo', task: 'x', label: 'l'.repeat(201) }],
       ['launch', { agent: 'echo', task: 'x', cwd: 42 }],
-      ['status', { waitMs: 'soon' }],
       ['status', { waitMs: -1 }],
-      ['status', { outputBytes: 10 ** 9 }],
-      ['status', { until: 'forever' }],
-      ['cancel', {}],
-      ['dismiss', {}],
-      ['append', { runId: 'r-x' }],
-      ['restore', {}],
-      ['agents', { extra: 1 }],
-      ['no-such-tool', {}],
     ];
     for (const [tool, args] of cases) await refused(tool, args, 'INVALID_INPUT');
     expect(runDirs(t.home)).toEqual([]);

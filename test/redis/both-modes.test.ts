@@ -7,6 +7,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { INVALID_INPUT_CASES } from '../helpers/invalid-input.js';
 import { FIXTURE_AGENTS, MAIN_JS } from '../helpers/paths.js';
 import { REDIS_SERVER, startRedis, type RedisInstance } from '../helpers/redis-server.js';
 import { skipWithout } from '../helpers/system-tools.js';
@@ -42,6 +43,8 @@ beforeAll(async () => {
   const serverHome = path.join(t.base, 'server');
   for (const h of [workerHome, localHome, serverHome]) fs.mkdirSync(h, { mode: 0o700 });
   writeAgents(workerHome, path.join(t.base, 'gate-redis'));
+  // The server's own copy of the agent files answers `agents` (docs/scale-out.md, "Differences from local mode").
+  writeAgents(serverHome, path.join(t.base, 'gate-redis'));
   writeAgents(localHome, path.join(t.base, 'gate-local'));
   let log = '';
   worker = spawn(process.execPath, [MAIN_JS, 'worker', '--redis', redis.url, '--home', workerHome, '--root', t.root, '--concurrency', '4'], {
@@ -70,8 +73,30 @@ afterAll(async () => {
   t?.cleanup();
 }, 30_000);
 
+/**
+ * Answers the local mode gave, by case: the Redis mode's case checks its own against them (the local block runs
+ * first in this file), so a text that differs between the modes fails here, not in a user's hands.
+ */
+const localAnswers = new Map<string, unknown>();
+
 describe.skipIf(skipped).each(['local', 'redis'] as const)('the contract in %s mode', (mode) => {
   const s = () => modes[mode];
+  /** Records the local answer of `key`, or checks the Redis answer against it. */
+  const sameInBothModes = (key: string, answer: unknown) => {
+    if (mode === 'local') localAnswers.set(key, answer);
+    else if (localAnswers.has(key)) expect(answer, key).toEqual(localAnswers.get(key));
+  };
+  /** A call that must be refused with `code`: isError, no structured content, the code first, no stack trace. */
+  const refused = async (tool: string, args: Record<string, unknown>, code: string): Promise<string> => {
+    const r = await s().call(tool, args);
+    const text = textOf(r);
+    const what = `${tool} ${JSON.stringify(args).slice(0, 120)} → ${text.slice(0, 200)}`;
+    expect(r.isError, what).toBe(true);
+    expect(r.structuredContent, what).toBeUndefined();
+    expect(text.startsWith(`${code}: `), what).toBe(true);
+    expect(text).not.toMatch(/\n\s+at /);
+    return text;
+  };
 
   it('single: completed with the agent\'s output, exit code and pid', async () => {
     const r = await s().call('launch', { agent: 'echo', task: 'same in both modes' });
@@ -258,5 +283,116 @@ describe.skipIf(skipped).each(['local', 'redis'] as const)('the contract in %s m
     const v = sc(await s().call('status', {}));
     expect(v.runs.length).toBeGreaterThanOrEqual(5);
     expect(v.capacity.limit).toBe(8);
+  });
+
+  it('malformed arguments: INVALID_INPUT with the same text in both modes', async () => {
+    const cases: Array<[string, Record<string, unknown>]> = [
+      ...INVALID_INPUT_CASES,
+      ['launch', { task: 'x' }],
+      ['launch', { chain: [{ agent: 'echo', task: 'x', parallel: [{ agent: 'echo', task: 'y' }] }] }],
+      ['launch', { agent: 'echo', task: 'x', timeoutMs: -5 }],
+      ['launch', { agent: 'echo', task: 'x', timeoutMs: 10 ** 12 }],
+    ];
+    for (const [tool, args] of cases) sameInBothModes(`invalid ${tool} ${JSON.stringify(args).slice(0, 80)}`, await refused(tool, args, 'INVALID_INPUT'));
+  });
+
+  // A cwd that does not exist is refused by a local server but accepted by a distributed one, which checks by path
+  // only (docs/scale-out.md, "Pools and roots"): the worker refuses it.
+  it('a cwd outside the roots: CWD_NOT_ALLOWED naming what was asked, the same text in both modes', async () => {
+    for (const cwd of ['..', '/', '/tmp']) {
+      const text = await refused('launch', { agent: 'echo', task: 'x', cwd }, 'CWD_NOT_ALLOWED');
+      expect(text).toContain(JSON.stringify(cwd));
+      sameInBothModes(`cwd ${cwd}`, text);
+    }
+  });
+
+  it('ids that are not run ids: RUN_NOT_FOUND from every tool that takes one, the same text in both modes', async () => {
+    for (const runId of ['../../x', `r-${'A'.repeat(24)}`, '%2e%2e%2fx', 'ledger', 'r-doesnotexist000000000000']) {
+      sameInBothModes(`status ${runId}`, await refused('status', { runId }, 'RUN_NOT_FOUND'));
+      sameInBothModes(`status wait ${runId}`, await refused('status', { runId, waitMs: 1000 }, 'RUN_NOT_FOUND'));
+      sameInBothModes(`cancel ${runId}`, await refused('cancel', { runId }, 'RUN_NOT_FOUND'));
+      sameInBothModes(`dismiss ${runId}`, await refused('dismiss', { runId, cancel: true }, 'RUN_NOT_FOUND'));
+      sameInBothModes(`append ${runId}`, await refused('append', { runId, step: { agent: 'echo', task: 'x' } }, 'RUN_NOT_FOUND'));
+    }
+  });
+
+  it('agents: the same list, each agent available, in both modes', async () => {
+    const r = await s().call('agents', {});
+    expect(r.isError, textOf(r)).toBeFalsy();
+    const list = sc(r).agents as Array<{ name: string; backend: string; available: boolean }>;
+    const mine = list.filter((a) => ['echo', 'fails', 'gated', 'sleeper', 'watched'].includes(a.name));
+    expect(mine.map((a) => a.name).sort()).toEqual(['echo', 'fails', 'gated', 'sleeper', 'watched']);
+    for (const a of mine) expect(a).toMatchObject({ backend: 'command', available: true });
+    sameInBothModes('agents', mine.map((a) => ({ ...a, source: undefined })));
+  });
+
+  it('launch answers next: the status call that waits for the run', async () => {
+    const r = await s().call('launch', { agent: 'echo', task: 'next', label: 'with a label' });
+    const runId = sc(r).runId as string;
+    expect(sc(r).next).toContain(`status { runId: "${runId}"`);
+    sameInBothModes('launch next', (sc(r).next as string).replaceAll(runId, '<runId>'));
+    // The answer's state is the only difference: a local launch answers once its runner is up (`running`), a
+    // distributed one once its job is queued for a worker (`starting`).
+    expect(['starting', 'running']).toContain(sc(r).state);
+    sameInBothModes('launch fields', Object.keys(sc(r)).sort());
+    sameInBothModes('launch steps and fan-out', { steps: sc(r).steps, fanout: sc(r).fanout, label: sc(r).label });
+    const fin = await waitTerminal(s(), runId, 60_000);
+    expect(fin.label).toBe('with a label');
+    sameInBothModes('ended next', (fin.next as string | undefined)?.replaceAll(runId, '<runId>'));
+  }, 90_000);
+
+  it('a run over its timeoutMs: failed/TIMEOUT, its step ended TIMEOUT', async () => {
+    const r = await s().call('launch', { agent: 'sleeper', task: 'too slow', timeoutMs: 1500 });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    const fin = await waitTerminal(s(), sc(r).runId, 60_000);
+    expect(fin.state).toBe('failed');
+    expect(fin.error.code).toBe('TIMEOUT');
+    expect(fin.steps[0].error.code).toBe('TIMEOUT');
+    sameInBothModes('timeout', { state: fin.state, code: fin.error.code, step: fin.steps[0].state, signal: fin.steps[0].signal });
+  }, 90_000);
+
+  it('a chain through a parallel group: {previous} is the group\'s outputs joined under headers', async () => {
+    const r = await s().call('launch', { chain: [{ parallel: [{ agent: 'echo', task: 'left' }, { agent: 'echo', task: 'right' }] }, { agent: 'echo', task: 'joined:\n{previous}' }] });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    const fin = await waitTerminal(s(), sc(r).runId, 60_000);
+    expect(fin.state).toBe('completed');
+    expect(fin.output.text).toContain('left');
+    expect(fin.output.text).toContain('right');
+    sameInBothModes('chain group output', fin.output.text);
+    sameInBothModes('chain group steps', fin.steps.map((x: { index: number; agent: string; state: string; members?: Array<{ state: string }> }) => ({ index: x.index, agent: x.agent, state: x.state, members: x.members?.map((m) => m.state) })));
+  }, 90_000);
+
+  it('cancel of an ended run answers its final state and changes nothing', async () => {
+    const runId = sc(await s().call('launch', { agent: 'echo', task: 'ended before the cancel' })).runId as string;
+    await waitTerminal(s(), runId, 60_000);
+    const c = await s().call('cancel', { runId });
+    const answer = { isError: c.isError ?? false, text: textOf(c).replaceAll(runId, '<runId>').replaceAll(sc(c).sessionId, '<sessionId>'), state: sc(c).state };
+    sameInBothModes('cancel ended', answer);
+    expect(sc(await s().call('status', { runId })).state).toBe('completed');
+  }, 90_000);
+
+  it('dismiss twice is idempotent, and a dismissed run is still readable by id', async () => {
+    const runId = sc(await s().call('launch', { agent: 'echo', task: 'dismissed twice' })).runId as string;
+    await waitTerminal(s(), runId, 60_000);
+    const first = await s().call('dismiss', { runId });
+    const again = await s().call('dismiss', { runId });
+    expect(again.isError, textOf(again)).toBeFalsy();
+    expect(sc(again)).toMatchObject({ runId, state: 'completed', dismissed: true });
+    const normal = (text: string) => text.replaceAll(runId, '<runId>').replaceAll(sc(again).sessionId, '<sessionId>');
+    sameInBothModes('dismiss again', normal(textOf(again)));
+    sameInBothModes('dismiss first', normal(textOf(first)));
+    const seen = await s().call('status', { runId });
+    expect(seen.isError, textOf(seen)).toBeFalsy();
+    expect(sc(seen)).toMatchObject({ state: 'completed', dismissed: true });
+  }, 90_000);
+
+  it('the list\'s entries carry the same fields in both modes, newest first', async () => {
+    const v = sc(await s().call('status', { all: true }));
+    expect(v.runs.length).toBeGreaterThanOrEqual(2);
+    sameInBothModes('list fields', Object.keys(v.runs[0]).sort());
+    sameInBothModes('list answer fields', Object.keys(v).sort());
+    sameInBothModes('capacity fields', Object.keys(v.capacity).sort());
+    const created = v.runs.map((x: { createdAt: string }) => x.createdAt);
+    expect([...created].sort().reverse()).toEqual(created);
   });
 });

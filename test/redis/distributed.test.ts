@@ -499,6 +499,55 @@ suite('draining, restarts and dead servers', () => {
     await stopWorker(w);
   }, 120_000);
 
+  it('Redis stopped 5 s under load: tools answer BUSY meanwhile, and every run ends completed, none lost, none run twice', async () => {
+    // A stall interval longer than the outage (docs/scale-out.md, "Failures"): an outage shorter than it is not a
+    // dead worker. Each agent notes its task in a shared log before it naps, so a run executed twice shows twice.
+    const log = path.join(t.base, 'load-outage.log');
+    const nap = 'const fs=require("fs");let t="";process.stdin.on("data",(c)=>{t+=c});process.stdin.on("end",()=>{'
+      + 'fs.appendFileSync(process.argv[1],t+"\\n");setTimeout(()=>process.stdout.write(t),3000)})';
+    const pair = [await startWorker('load-a', { concurrency: 2, env: { SUBAGENTS_STALL_INTERVAL_MS: '30000' } }),
+      await startWorker('load-b', { concurrency: 2, env: { SUBAGENTS_STALL_INTERVAL_MS: '30000' } })];
+    for (const w of pair) writeAgent(path.join(w.home, 'agents'), 'nap3', { backend: 'command', command: ['node', '-e', nap, log] });
+    const s = await mainServer();
+    const tasks = Array.from({ length: 6 }, (_, i) => `under load ${i}`);
+    const runIds: string[] = [];
+    for (const task of tasks) {
+      const r = await s.call('launch', { agent: 'nap3', task });
+      expect(r.isError, textOf(r)).toBeFalsy();
+      runIds.push(sc(r).runId as string);
+    }
+    const running = async () => (await Promise.all(runIds.map(async (runId) => sc(await s.call('status', { runId })).state))).filter((st) => st === 'running').length;
+    await until(async () => (await running()) >= 2, 30_000, 'two runs running');
+    await redis.stop({ keepData: true });
+    const outageEnd = Date.now() + 5000;
+    // While Redis is away a call answers BUSY: the call returns (it does not hang until Redis is back).
+    const busyStatus = await s.call('status', { runId: runIds[0] });
+    expect(textOf(busyStatus)).toMatch(/^BUSY: Redis could not/);
+    const busyLaunch = await s.call('launch', { agent: 'nap3', task: 'refused' });
+    expect(busyLaunch.isError).toBe(true);
+    expect(textOf(busyLaunch)).toMatch(/^BUSY: Redis could not/);
+    expect(Date.now()).toBeLessThan(outageEnd + 30_000); // not a hang past the outage
+    await new Promise((r) => setTimeout(r, Math.max(0, outageEnd - Date.now()))); // the outage's length, not a wait for a state
+    await redis.restart();
+    for (const [i, runId] of runIds.entries()) {
+      const fin = await waitTerminal(s, runId, 90_000);
+      expect(fin.state, `${runId}: ${JSON.stringify(fin.error)}`).toBe('completed');
+      expect(fin.output.text).toBe(tasks[i]);
+    }
+    // Nothing run twice, and the launch refused during the outage never ran.
+    expect(fs.readFileSync(log, 'utf8').split('\n').filter(Boolean).sort()).toEqual([...tasks].sort());
+    const c = connect(redis.url, { blocking: true });
+    try {
+      const ids = pair.map((w) => w.id());
+      for (const runId of runIds) expect(ids).toContain(await c.hget(keys.run(runId), 'worker'));
+      // The launch answered BUSY took no slot when Redis came back.
+      expect(await c.smembers(keys.active)).toEqual([]);
+    } finally {
+      c.disconnect();
+    }
+    for (const w of pair) await stopWorker(w);
+  }, 150_000);
+
   it('Redis restarted with AOF: an acknowledged queued launch is still there and runs when a worker comes', async () => {
     const s = await mainServer();
     const runId = sc(await s.call('launch', { agent: 'echo', task: 'survives a restart' })).runId as string;

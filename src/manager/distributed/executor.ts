@@ -79,7 +79,8 @@ export class DistributedExecutor implements DistributedRuns {
     const base = roots[0] ?? settings.cwd;
     const cwd = input.cwd === undefined ? base : path.resolve(base, input.cwd);
     if (roots.length && !roots.some((r) => cwd === r || cwd.startsWith(r.endsWith(path.sep) ? r : r + path.sep))) {
-      throw new SubagentError('CWD_NOT_ALLOWED', `cwd ${JSON.stringify(cwd.slice(0, 200))} is outside this server's roots (${roots.join(', ')}); give a directory inside one of them.`);
+      // Names what was asked, in local mode's words (docs/scale-out.md, "What a run is does not change").
+      throw new SubagentError('CWD_NOT_ALLOWED', `cwd ${JSON.stringify(String(input.cwd).slice(0, 200))} resolves outside the allowed roots (${roots.join(', ')}); use a directory inside one, or add it to SUBAGENTS_ROOTS.`);
     }
     const entries: ChainEntryInput[] = input.mode === 'single' ? [input.step] : input.mode === 'parallel' ? [input.group] : input.chain;
     const { claims, width, agents } = shapeOf(entries);

@@ -62,12 +62,16 @@ export async function ready(r: Redis): Promise<void> {
   });
 }
 
-/** Runs one Redis operation within `ms`; any failure or a late answer becomes BUSY naming the reason. */
-export async function bounded<T>(what: string, op: () => Promise<T>, ms = REDIS_CALL_MS): Promise<T> {
+/**
+ * Runs one Redis operation within `ms`; any failure or a late answer becomes BUSY naming the reason. `op` is told
+ * whether its caller still waits: past the bound it must not start a command (the caller was answered BUSY).
+ */
+export async function bounded<T>(what: string, op: (stillWanted: () => boolean) => Promise<T>, ms = REDIS_CALL_MS): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
-  const late = new Promise<never>((_, reject) => { timer = setTimeout(() => reject(new Error('timed out')), ms); });
+  let answered = false;
+  const late = new Promise<never>((_, reject) => { timer = setTimeout(() => { answered = true; reject(new Error('timed out')); }, ms); });
   try {
-    return await Promise.race([op(), late]);
+    return await Promise.race([op(() => !answered), late]);
   } catch (e) {
     if (e instanceof SubagentError) throw e;
     throw new SubagentError('BUSY', `Redis could not ${what}: ${redisReason(e)}. Check that Redis is running and reachable from this server (subagents-mcp doctor), then retry; runs already on workers keep going.`);

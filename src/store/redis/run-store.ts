@@ -51,7 +51,13 @@ export class RedisRuns {
 
   /** One bounded call, once the connection is up (./connection.ts). */
   call<T>(what: string, op: () => Promise<T>): Promise<T> {
-    return boundedCall(what, async () => { await ready(this.redis); return op(); });
+    // A connection that comes back after the caller was answered BUSY must not run the command late: a launch
+    // refused BUSY would otherwise be accepted when Redis returns, holding a slot with no job.
+    return boundedCall(what, async (stillWanted) => {
+      await ready(this.redis);
+      if (!stillWanted()) throw new Error('timed out');
+      return op();
+    });
   }
 
   async claimLaunch(record: DistributedRecord, admitted: RunStatus, queued: RunStatus, o: { limit: number; queueAllowed: boolean; maxQueued: number }): Promise<ClaimOutcome> {
@@ -77,6 +83,11 @@ export class RedisRuns {
     const extra = Object.entries(fields).flat();
     const r = await this.call('record the run\'s status', () => this.redis.saPutStatus(keys.run(status.runId), JSON.stringify(status), channels.run(status.runId), ...extra));
     return r === 1;
+  }
+
+  /** Which worker holds the run (its id, host and local run id), whatever the run's state. */
+  async recordHolder(runId: string, fields: Record<string, string>): Promise<void> {
+    await this.call('record the run\'s worker', () => this.redis.hset(keys.run(runId), fields));
   }
 
   /** The run's end (the first end wins), its slots returned; false when it had already ended. */
