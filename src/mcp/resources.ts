@@ -51,25 +51,19 @@ function newerFirst(a: Cursor, b: Cursor): number {
  */
 export function listResources(ctx: ManagerContext, cursor?: string, pageSize = PAGE_SIZE): { resources: Resource[]; nextCursor?: string } | Promise<{ resources: Resource[]; nextCursor?: string }> {
   if (ctx.distributed) return listDistributedResources(ctx, ctx.distributed, cursor, pageSize);
-  const after = cursor ? decodeCursor(cursor) : null;
-  const runs = listVisibleRuns(ctx).filter((r) => !r.dismissed).map((r) => r.meta).sort(newerFirst)
-    .filter((m) => after === null || newerFirst(m, after) > 0);
-  const page = runs.slice(0, pageSize);
-  const last = page.at(-1);
-  return {
-    resources: page.map((m) => ({
-      uri: runUri(m.runId), name: m.runId, title: `${m.mode} run of ${m.agents.join(', ')}${m.label ? ` — ${m.label}` : ''}`.slice(0, 200),
-      mimeType: 'application/json',
-    })),
-    ...(runs.length > pageSize && last ? { nextCursor: encodeCursor(last) } : {}),
-  };
+  return pageOfRuns(listVisibleRuns(ctx).filter((r) => !r.dismissed).map((r) => r.meta), cursor, pageSize);
 }
 
 /** Distributed mode: the session's runs from Redis, paged by the same cursor. */
 async function listDistributedResources(ctx: ManagerContext, d: NonNullable<ManagerContext['distributed']>, cursor: string | undefined, pageSize: number): Promise<{ resources: Resource[]; nextCursor?: string }> {
-  const after = cursor ? decodeCursor(cursor) : null;
   const answer = await d.status(ctx, {}, { signal: new AbortController().signal });
-  const runs = (answer.kind === 'list' ? answer.runs : []).sort(newerFirst).filter((m) => after === null || newerFirst(m, after) > 0);
+  return pageOfRuns(answer.kind === 'list' ? answer.runs : [], cursor, pageSize);
+}
+
+/** One page of runs as resources, newest first, after the run the cursor names (either mode). */
+function pageOfRuns(all: Array<Cursor & { mode: string; agents: string[]; label?: string | null }>, cursor: string | undefined, pageSize: number): { resources: Resource[]; nextCursor?: string } {
+  const after = cursor ? decodeCursor(cursor) : null;
+  const runs = [...all].sort(newerFirst).filter((m) => after === null || newerFirst(m, after) > 0);
   const page = runs.slice(0, pageSize);
   const last = page.at(-1);
   return {
