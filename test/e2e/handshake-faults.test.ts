@@ -33,8 +33,10 @@ describe('the runner dies or hangs during the ready/proceed handshake', () => {
     t = tempStateHome();
     const markers = path.join(t.base, 'markers');
     writeAgent(path.join(t.home, 'agents'), 'marker', { backend: 'command', command: ['node', FAKE, 'marker', markers] });
+    // No warm pool: these are a booted runner's phases (a claimed warm runner's are test/manager/warm-pool.test.ts's).
+    // With one, a launch that comes after the pool's fill (a loaded machine) takes a pool runner instead.
     s = await startServer({
-      SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_TEST_FAULT: fault,
+      SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_TEST_FAULT: fault, SUBAGENTS_WARM_RUNNERS: '0',
       // Generous for the dying runners (a loaded machine must not turn them into timeouts), short for the hanging one.
       SUBAGENTS_HANDSHAKE_TIMEOUT_MS: fault === 'hang-before-ready' ? '1500' : '20000',
     });
@@ -87,7 +89,7 @@ describe('the runner dies or hangs during the ready/proceed handshake', () => {
   it('the client cancels the launch during the handshake: recorded HANDSHAKE_FAILED, runner gone, slot back', async () => {
     t = tempStateHome();
     writeAgent(path.join(t.home, 'agents'), 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
-    s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_TEST_FAULT: 'hang-before-ready', SUBAGENTS_HANDSHAKE_TIMEOUT_MS: '30000' });
+    s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_TEST_FAULT: 'hang-before-ready', SUBAGENTS_HANDSHAKE_TIMEOUT_MS: '30000', SUBAGENTS_WARM_RUNNERS: '0' });
     const ac = new AbortController();
     const launch = s.call('launch', { agent: 'echo', task: 'never starts' }, {
       signal: ac.signal,
@@ -112,7 +114,7 @@ describe('the runner dies or hangs during the ready/proceed handshake', () => {
   it('binds the reservation to the process it started (pid and start time) before ready, and still returns it when ready never comes', async () => {
     t = tempStateHome();
     writeAgent(path.join(t.home, 'agents'), 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
-    s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_TEST_FAULT: 'hang-before-ready', SUBAGENTS_HANDSHAKE_TIMEOUT_MS: '4000' });
+    s = await startServer({ SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_TEST_FAULT: 'hang-before-ready', SUBAGENTS_HANDSHAKE_TIMEOUT_MS: '4000', SUBAGENTS_WARM_RUNNERS: '0' });
     const launch = s.call('launch', { agent: 'echo', task: 'never starts' });
     // The runner hangs before ready: whatever is bound now was bound during its boot.
     expect(await until(() => runDirs(t!.home).length === 1 && Object.values(ledger(t!.home).roots).some((r: any) => r.runner !== null), 3000)).toBe(true);
