@@ -187,7 +187,8 @@ describe('processes dying around a run', () => {
 
   it('stdin EOF during a launch\'s handshake: the launch is abandoned (HANDSHAKE_FAILED, runner gone, slot back) and the server still exits within 2 s', async () => {
     setup();
-    const s = await start({ SUBAGENTS_TEST_FAULT: 'hang-before-ready', SUBAGENTS_HANDSHAKE_TIMEOUT_MS: '30000' });
+    // No warm pool: the hang is a booted runner's (a launch after the pool's fill would take a pool runner).
+    const s = await start({ SUBAGENTS_TEST_FAULT: 'hang-before-ready', SUBAGENTS_HANDSHAKE_TIMEOUT_MS: '30000', SUBAGENTS_WARM_RUNNERS: '0' });
     const proc = serverProcess(s);
     let spawned!: () => void;
     const spawnedP = new Promise<void>((r) => { spawned = r; });
