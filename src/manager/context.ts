@@ -49,8 +49,8 @@ export interface DistributedRuns {
   append(ctx: ManagerContext, runId: string, entry: ChainEntryInput): Promise<AppendResult>;
   /** Adopts the runs of the named sessions and their ancestors; the lineage is kept in Redis. */
   restore(ctx: ManagerContext, lineage: string[]): Promise<RestoreResult>;
-  /** Bytes of a run's stored output, a step's, or its events as JSON lines, for the MCP resources; RUN_NOT_FOUND if not visible. */
-  readBytes(ctx: ManagerContext, runId: string, part: 'output' | 'events' | { step: string }, offset: number, length: number): Promise<{ buf: Buffer; size: number }>;
+  /** Bytes of a run's stored output, a step's (or its patch), or its events as JSON lines, for the MCP resources; RUN_NOT_FOUND if not visible. */
+  readBytes(ctx: ManagerContext, runId: string, part: 'output' | 'events' | { step: string; patch?: boolean }, offset: number, length: number): Promise<{ buf: Buffer; size: number }>;
   runState(ctx: ManagerContext, runId: string): Promise<{ createdAt: string; status: RunStatus }>;
   watch(runId: string, onChange: () => void): Promise<() => void>;
   /** The command line's view: every run (newest first), and a run id from a unique prefix. */

@@ -8,6 +8,7 @@ import type { ManagerContext } from '../manager/context.js';
 import type { RedisRuns } from '../store/redis/run-store.js';
 import { isTerminalRun, type RunStatus, type StepStatus } from '../store/run-types.js';
 import { DirWatch } from '../wait.js';
+import { reconcileRun } from '../manager/reconcile.js';
 
 export interface MirrorTarget {
   /** Called when Redis already holds an end this worker did not write (RUNNER_LOST after a long outage, a cancel). */
@@ -20,14 +21,14 @@ export interface MirrorTarget {
   capBytes: number;
 }
 
-/** Bytes of `file` from `offset` on (at most 1 MiB a call); empty when there are none. */
-function readFrom(file: string, offset: number): Buffer {
+/** Bytes of `file` from `offset` on (at most `max`, 1 MiB unless given); empty when there are none. */
+function readFrom(file: string, offset: number, max = 1024 * 1024): Buffer {
   let fd: number;
   try { fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW); } catch { return Buffer.alloc(0); }
   try {
     const size = fs.fstatSync(fd).size;
     if (size <= offset) return Buffer.alloc(0);
-    const buf = Buffer.alloc(Math.min(size - offset, 1024 * 1024));
+    const buf = Buffer.alloc(Math.min(size - offset, max));
     const n = fs.readSync(fd, buf, 0, buf.length, offset);
     return buf.subarray(0, n);
   } finally {
@@ -59,8 +60,14 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
   const sent = new Map<string, number>();
   let last = '';
   const fields = { worker: t.worker.id, host: t.worker.host, localRunId: t.localRunId };
+  const patches = new Set<string>();
   const copyOutputs = async (s: RunStatus) => {
     for (const st of leaves(s.steps)) {
+      // An isolated step's patch is complete once its status shows its changes (src/runner/step-worktrees.ts).
+      if (st.changes && !patches.has(st.key)) {
+        await t.runs.appendOutput(t.runId, `${st.key}.patch`, readFrom(paths.patch(st.key), 0, t.capBytes), t.capBytes);
+        patches.add(st.key);
+      }
       let offset = sent.get(st.key) ?? 0;
       if (offset >= t.capBytes) continue;
       for (;;) {
@@ -107,7 +114,9 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
         // Redis unreachable (BUSY): the run goes on here and is reported when Redis answers again.
         last = '';
       }
-      await watch.next(1000);
+      // A quiet second: the runner may have died without a word; local reconciliation ends its run RUNNER_LOST
+      // and removes its worktrees, and the next turn mirrors that.
+      if (!(await watch.next(1000))) await reconcileRun(t.local, t.localRunId).catch(() => {});
     }
   } finally {
     watch.close();

@@ -4,8 +4,10 @@
  * worker takes it and runs it with the local runner on its machine, mirroring the run into Redis; `status` reads Redis
  * and waits on the run's channel; `cancel` removes a job no worker holds, else asks the holding worker.
  */
+import fs from 'node:fs';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
+import { resolveBin } from '../../agents/resolve-bin.js';
 import { SubagentError, type ErrorCode } from '../../errors.js';
 import { newRunId } from '../../ids.js';
 import { connect } from '../../store/redis/connection.js';
@@ -69,7 +71,6 @@ export class DistributedExecutor implements DistributedRuns {
   async launch(ctx: ManagerContext, input: LaunchInput): Promise<LaunchResult> {
     const { settings } = ctx;
     if (ctx.nesting) throw new SubagentError('INVALID_INPUT', 'a nested launch cannot go to the distributed queue; the agent delegates on its own worker (docs/scale-out.md, "Limits").');
-    if (input.isolation !== undefined) throw new SubagentError('INVALID_INPUT', 'isolation: "worktree" is not available in distributed mode yet; launch without it or use a local server (docs/scale-out.md, "Limits").');
     for (const [name, v] of [['timeoutMs', input.timeoutMs], ['queueTimeoutMs', input.queueTimeoutMs]] as const) {
       if (v !== undefined && v > settings.maxTimeoutMs) throw new SubagentError('INVALID_INPUT', `${name} ${v} is above the maximum of ${settings.maxTimeoutMs} ms (SUBAGENTS_MAX_TIMEOUT_MS).`);
     }
@@ -82,6 +83,7 @@ export class DistributedExecutor implements DistributedRuns {
       // Names what was asked, in local mode's words (docs/scale-out.md, "What a run is does not change").
       throw new SubagentError('CWD_NOT_ALLOWED', `cwd ${JSON.stringify(String(input.cwd).slice(0, 200))} resolves outside the allowed roots (${roots.join(', ')}); use a directory inside one, or add it to SUBAGENTS_ROOTS.`);
     }
+    await checkIsolation(ctx, cwd, input);
     const entries: ChainEntryInput[] = input.mode === 'single' ? [input.step] : input.mode === 'parallel' ? [input.group] : input.chain;
     const { claims, width, agents } = shapeOf(entries);
     const runId = newRunId();
@@ -218,6 +220,9 @@ export class DistributedExecutor implements DistributedRuns {
       run = (await this.runs.read(runId)) ?? run;
     }
     await this.runs.markDismissed(runId, ctx.sessionId);
+    // What is left of its worktrees lives on the machine that ran it: the pool's workers are asked to remove it
+    // (docs/scale-out.md, "Worktree isolation over Redis"). Best effort: a worker that is down sweeps at its start.
+    if (run.worker !== null) await this.runs.redis.publish(channels.cleanup(run.record.pool), runId).catch(() => 0);
     return { runId, state: run.status.state, dismissed: true, cancelled };
   }
 
@@ -428,14 +433,16 @@ export class DistributedExecutor implements DistributedRuns {
     return answer(run);
   }
 
-  async readBytes(ctx: ManagerContext, runId: string, part: 'output' | 'events' | { step: string }, offset: number, length: number): Promise<{ buf: Buffer; size: number }> {
+  async readBytes(ctx: ManagerContext, runId: string, part: 'output' | 'events' | { step: string; patch?: boolean }, offset: number, length: number): Promise<{ buf: Buffer; size: number }> {
     const run = await this.visible(ctx, runId);
     if (part === 'events') {
       const all = Buffer.from((await this.runs.events(runId)).map((e) => JSON.stringify(e)).join('\n') + '\n');
       return { buf: all.subarray(offset, offset + length), size: all.length };
     }
-    const key = part === 'output' ? 'run' : part.step;
-    if (part !== 'output' && !run.status.steps.some((s) => s.key === key || s.members?.some((m) => m.key === key))) throw notFound(runId);
+    const step = part === 'output' ? 'run' : part.step;
+    if (part !== 'output' && !run.status.steps.some((s) => s.key === step || s.members?.some((m) => m.key === step))) throw notFound(runId);
+    // An isolated step's patch is mirrored by its worker next to its output (src/worker/mirror.ts).
+    const key = part !== 'output' && part.patch ? `${step}.patch` : step;
     const size = await this.runs.outputLength(runId, key);
     const buf = offset >= size ? Buffer.alloc(0) : await this.runs.outputRange(runId, key, offset, Math.min(size, offset + length) - 1);
     return { buf, size };
@@ -461,6 +468,32 @@ export class DistributedExecutor implements DistributedRuns {
     this.notes.close();
     await this.queue.close();
     this.runs.redis.disconnect();
+  }
+}
+
+/**
+ * A launch's isolation, checked as far as this server can (docs/scale-out.md, "Worktree isolation over Redis"): a
+ * baseRef must look like a revision, and a cwd that exists on this machine must be inside a git working tree (the
+ * pool's machines share checkout paths). The worker resolves the repository and the base commit itself, as a local
+ * launch does, and ends the run failed naming the path when it cannot.
+ */
+async function checkIsolation(ctx: ManagerContext, cwd: string, input: LaunchInput): Promise<void> {
+  if (input.isolation !== 'worktree') {
+    if (input.baseRef !== undefined) throw new SubagentError('INVALID_INPUT', 'baseRef applies to isolated runs only: add isolation: "worktree", or use agents whose files say isolation: worktree.');
+    return;
+  }
+  const ref = input.baseRef;
+  if (ref !== undefined && (ref.startsWith('-') || /[\x00-\x20\x7f]/.test(ref))) {
+    throw new SubagentError('INVALID_INPUT', `baseRef ${JSON.stringify(ref.slice(0, 100))} is not a git revision; give a branch, tag or commit (e.g. "main", "v1.2", a sha).`);
+  }
+  if (!fs.existsSync(cwd)) return;
+  const gitBin = resolveBin('git', { pathEnv: ctx.env.PATH });
+  if (!gitBin) return; // the worker needs git, not this server
+  const wt = await import('../../lifecycle/worktree.js');
+  try {
+    await wt.repoOf(cwd, gitBin);
+  } catch (e) {
+    if (e instanceof wt.NotIsolatable) throw new SubagentError('INVALID_INPUT', e.message);
   }
 }
 

@@ -41,6 +41,8 @@ export const channels = {
   /** Append requests of a pool's chains (JSON { runId, requestId, entry }); the holder answers on `reply`. */
   append: (pool: string) => `${PREFIX}append:${pool}`,
   reply: (requestId: string) => `${PREFIX}reply:${requestId}`,
+  /** Dismissed runs of a pool (their id): the worker whose home still has their worktrees removes them. */
+  cleanup: (pool: string) => `${PREFIX}cleanup:${pool}`,
 };
 
 /** BullMQ queue name of a pool (docs/scale-out.md, "Pools and roots"). BullMQ adds its own `bull:` prefix. */

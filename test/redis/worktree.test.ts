@@ -1,0 +1,152 @@
+/**
+ * Worktree isolation over Redis (docs/scale-out.md, "Worktree isolation over Redis"): a private redis-server, a real
+ * server and real workers, a real git repository in a temp dir. The worker makes, commits and removes the worktrees
+ * in its own home, as a local runner does; status shows the branch and counts from Redis, the patch resource reads
+ * the mirrored patch; dismiss and a worker's restart remove worktrees a run left on that machine.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { branchesLike, changedFiles, checkoutState, extraWorktrees, gitIn, makeRepo } from '../helpers/git-repo.js';
+import { FIXTURE_AGENTS } from '../helpers/paths.js';
+import { startWorker, stopWorker, until, type WorkerProc } from '../helpers/redis-fleet.js';
+import { REDIS_SERVER, startRedis, type RedisInstance } from '../helpers/redis-server.js';
+import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
+import { tempStateHome, writeAgent } from '../helpers/state-home.js';
+import { skipWithout } from '../helpers/system-tools.js';
+
+const skipped = skipWithout('redis-server', REDIS_SERVER !== null);
+const EDITOR = path.join(FIXTURE_AGENTS, 'editor-agent.mjs');
+
+let redis: RedisInstance;
+let t: ReturnType<typeof tempStateHome>;
+let s: Started;
+let worker: WorkerProc;
+let repo: string;
+let base: string;
+let before: ReturnType<typeof checkoutState>;
+const workerHome = () => path.join(t.base, 'worker-a');
+const agents = (dir: string) => writeAgent(dir, 'editor', { backend: 'command', command: ['node', EDITOR] });
+
+beforeAll(async () => {
+  if (skipped) return;
+  redis = await startRedis();
+  t = tempStateHome('sa-rwt-');
+  repo = path.join(t.root, 'repo');
+  base = makeRepo(repo);
+  fs.appendFileSync(path.join(repo, 'README.md'), 'uncommitted line\n');
+  before = checkoutState(repo);
+  worker = await startWorker({ redisUrl: redis.url, home: workerHome(), roots: [t.root], agents });
+  const serverHome = path.join(t.base, 'server');
+  fs.mkdirSync(serverHome, { mode: 0o700 });
+  agents(path.join(serverHome, 'agents'));
+  s = await startServer({ SUBAGENTS_HOME: serverHome, SUBAGENTS_ROOTS: t.root, SUBAGENTS_REDIS_URL: redis.url });
+}, 60_000);
+
+afterAll(async () => {
+  await s?.close();
+  if (worker) await stopWorker(worker, 'SIGKILL');
+  await redis?.stop();
+  t?.cleanup();
+}, 30_000);
+
+async function launch(args: Record<string, unknown>): Promise<string> {
+  const r = await s.call('launch', args);
+  expect(r.isError, textOf(r)).toBeFalsy();
+  return sc(r).runId as string;
+}
+
+/** A worktree left in a worker's home as a runner killed mid-step leaves it: git's record, the directory, the marker. */
+function leaveWorktree(home: string, runId: string, stepKey: string): string {
+  const dir = path.join(home, 'worktrees', runId, `${runId}-${stepKey}`);
+  fs.mkdirSync(path.dirname(dir), { recursive: true });
+  const branch = `subagents/${runId}/left-${stepKey}`;
+  gitIn(repo, ['worktree', 'add', '-q', '-b', branch, dir, base]);
+  const git = (process.env.PATH ?? '').split(':').map((d) => path.join(d, 'git')).find((f) => fs.existsSync(f));
+  fs.writeFileSync(path.join(home, 'worktrees', runId, `${stepKey}.json`), JSON.stringify({ repo, dir, branch, git }));
+  return dir;
+}
+
+describe.skipIf(skipped)('worktree isolation over Redis', () => {
+  it('an isolated step runs in a worktree of the worker\'s home; status shows its branch and counts, the patch resource its diff', async () => {
+    const task = JSON.stringify({ write: { 'new.txt': 'new\n', 'app.txt': 'line 0\nchanged\n' }, remove: ['old.txt'] });
+    const runId = await launch({ agent: 'editor', task, cwd: 'repo/src', isolation: 'worktree' });
+    const fin = await waitTerminal(s, runId);
+    expect(fin.state, JSON.stringify(fin.error)).toBe('completed');
+    const wtDir = path.join(workerHome(), 'worktrees', runId, `${runId}-0`);
+    expect(JSON.parse(fin.steps[0].output.text).cwd).toBe(path.join(wtDir, 'src'));
+    const branch = `subagents/${runId}/0`;
+    expect(fin.steps[0].changes).toEqual({ branch, commit: expect.stringMatching(/^[0-9a-f]{40}$/), base, files: 3, insertions: 2, deletions: 10 });
+    expect(gitIn(repo, ['rev-parse', branch])).toBe(fin.steps[0].changes.commit);
+    expect(changedFiles(repo, base, branch)).toEqual(['src/app.txt', 'src/new.txt', 'src/old.txt']);
+    // The worktree is gone, on the worker's machine, once the run has ended; the branch stays.
+    expect(fs.existsSync(path.join(workerHome(), 'worktrees', runId))).toBe(false);
+    expect(extraWorktrees(repo)).toEqual([]);
+    const patch = await s.client.readResource({ uri: `subagents://runs/${runId}/steps/0/patch` });
+    expect(patch.contents[0]!.mimeType).toBe('text/x-diff');
+    const text = (patch.contents[0] as { text: string }).text;
+    expect(text).toContain('diff --git a/src/new.txt b/src/new.txt');
+    expect(text).toContain('+changed');
+    expect(checkoutState(repo)).toEqual(before);
+  }, 90_000);
+
+  it('a chain\'s next isolated step starts from the previous step\'s branch', async () => {
+    const runId = await launch({ chain: [
+      { agent: 'editor', task: JSON.stringify({ write: { 'one.txt': '1\n' } }) },
+      { agent: 'editor', task: JSON.stringify({ write: { 'two.txt': '2\n' } }) },
+    ], cwd: 'repo', isolation: 'worktree' });
+    const fin = await waitTerminal(s, runId);
+    expect(fin.state, JSON.stringify(fin.error)).toBe('completed');
+    const [a, b] = fin.steps;
+    expect(a.changes.base).toBe(base);
+    expect(b.changes.base).toBe(a.changes.commit);
+    expect(changedFiles(repo, base, `subagents/${runId}/1`)).toEqual(['one.txt', 'two.txt']);
+    expect(checkoutState(repo)).toEqual(before);
+  }, 90_000);
+
+  it('a cwd outside a git repository is refused INVALID_INPUT naming the path, as in local mode', async () => {
+    fs.mkdirSync(path.join(t.root, 'plain'), { recursive: true });
+    const r = await s.call('launch', { agent: 'editor', task: '{}', cwd: 'plain', isolation: 'worktree' });
+    expect(r.isError).toBe(true);
+    expect(textOf(r)).toMatch(/^INVALID_INPUT: .*plain is not inside a git repository/);
+    const bad = await s.call('launch', { agent: 'editor', task: '{}', cwd: 'repo', isolation: 'worktree', baseRef: '--upload-pack=x' });
+    expect(textOf(bad)).toMatch(/^INVALID_INPUT: baseRef/);
+  }, 30_000);
+
+  it('dismiss with cancel of a running isolated run stops it on its worker and removes its worktree; the branch stays', async () => {
+    const started = path.join(t.base, 'started-dismiss');
+    const runId = await launch({ agent: 'editor', task: JSON.stringify({ startedFile: started, sleepMs: 60_000 }), cwd: 'repo', isolation: 'worktree' });
+    await until(() => fs.existsSync(started), 60_000, 'the agent\'s start');
+    const wt = path.join(workerHome(), 'worktrees', runId);
+    expect(fs.existsSync(wt)).toBe(true);
+    const r = await s.call('dismiss', { runId, cancel: true });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    expect(sc(r)).toMatchObject({ runId, state: 'cancelled', dismissed: true, cancelled: true });
+    await until(() => !fs.existsSync(wt), 30_000, 'the worktree\'s removal');
+    await until(() => extraWorktrees(repo).length === 0, 30_000, 'git\'s record of it gone');
+    expect(branchesLike(repo, `subagents/${runId}/*`)).toEqual([`subagents/${runId}/0`]);
+  }, 90_000);
+
+  it('dismiss of an ended run asks its worker to remove worktrees it left on that machine', async () => {
+    const runId = await launch({ agent: 'editor', task: JSON.stringify({ write: { 'x.txt': 'x\n' } }), cwd: 'repo', isolation: 'worktree' });
+    expect((await waitTerminal(s, runId)).state).toBe('completed');
+    const dir = leaveWorktree(workerHome(), runId, '7');
+    const r = await s.call('dismiss', { runId });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    await until(() => !fs.existsSync(path.join(workerHome(), 'worktrees', runId)), 30_000, 'the leftover\'s removal');
+    expect(fs.existsSync(dir)).toBe(false);
+    expect(extraWorktrees(repo)).toEqual([]);
+    expect(worker.log()).toContain(`dismissed run ${runId}`);
+  }, 90_000);
+
+  it('a worker started on a home with worktrees of ended runs removes them', async () => {
+    const runId = await launch({ agent: 'editor', task: JSON.stringify({ write: { 'y.txt': 'y\n' } }), cwd: 'repo', isolation: 'worktree' });
+    expect((await waitTerminal(s, runId)).state).toBe('completed');
+    await stopWorker(worker);
+    const dir = leaveWorktree(workerHome(), runId, '8');
+    worker = await startWorker({ redisUrl: redis.url, home: workerHome(), roots: [t.root] });
+    expect(fs.existsSync(dir)).toBe(false);
+    expect(extraWorktrees(repo)).toEqual([]);
+    expect(worker.log()).toMatch(/removed 1 worktree\(s\) left in/);
+  }, 90_000);
+});
