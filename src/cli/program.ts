@@ -206,11 +206,13 @@ Examples:
       return dismissCommand(ctx, resolveRunId(ctx, id), o, out);
     }));
 
-  withHome(program.command('watch').description('one line per run event across the home (created, started, step ended, run ended …), as they happen, until interrupted; each line ends with a cursor to resume from'))
+  withRedis(program.command('watch').description('one line per run event across the home, or across Redis with --redis (created, started, step ended, run ended …), as they happen, until interrupted; each line ends with a cursor to resume from'))
     .option('--session <id>', 'only runs of this session (a prefix is enough; nested runs count with their root)')
     .option('--since <cursor>', 'first replay the events after this cursor (from an earlier line), "start" for the whole history, or an age such as 10m')
     .option('--json', 'one JSON object per line')
     .action(act(async (o: { session?: string; since?: string; json?: boolean }, cmd: Command) => {
+      const remote = await overRedis(cmd, async (ctx) => (await import('./watch.js')).watchRedis(ctx, o, out));
+      if (remote !== null) return remote;
       const { watchCommand } = await import('./watch.js');
       return watchCommand(operator(cmd), o, out);
     }));

@@ -12,6 +12,7 @@ import type { DismissResult } from './dismiss.js';
 import type { RestoreResult } from './sessions.js';
 import type { RunSummary } from './status-view.js';
 import type { RunStatus } from '../store/run-types.js';
+import type { FeedEntry } from '../store/redis/feed.js';
 
 /** Everything a use-case needs: settings, the state home, who we are. Built once per server process. */
 export interface ManagerContext {
@@ -40,6 +41,9 @@ export interface ManagerContext {
   distributed?: DistributedRuns;
 }
 
+/** Where a follower of the Redis feed starts: after a cursor, at the start, at a time (epoch ms), or from now on. */
+export type FeedSince = { cursor: string } | 'start' | { sinceMs: number } | null;
+
 /** The use cases that distributed mode serves from Redis (src/manager/distributed/). */
 export interface DistributedRuns {
   launch(ctx: ManagerContext, input: LaunchInput): Promise<LaunchResult>;
@@ -57,6 +61,11 @@ export interface DistributedRuns {
   everyRun(all: boolean): Promise<RunSummary[]>;
   resolveRunId(arg: string): Promise<string>;
   collectGarbage(olderThanMs: number, dryRun: boolean): Promise<{ removed: Array<{ runId: string; endedAt: string; dismissed: boolean }>; keptActive: number; keptRecent: number; dryRun: boolean }>;
+  /**
+   * Every run's events as Redis records them (docs/watch-and-ui.md, "Over Redis"), after `since` (a cursor from an
+   * earlier entry, `start`, a time, or null: from now on), until `signal` aborts.
+   */
+  follow(since: FeedSince, signal: AbortSignal, onEntries: (entries: FeedEntry[]) => void | Promise<void>): Promise<void>;
   /** For doctor: Redis reachable, its version and persistence, the workers seen by heartbeat. */
   health(): Promise<DistributedHealth>;
   close(): Promise<void>;

@@ -43,6 +43,9 @@ function tail(file: string, bytes: number): Buffer {
   } catch { return Buffer.alloc(0); }
 }
 
+/** Local event lines the mirror forwards to Redis: the steps' (the run's start and end are recorded there directly). */
+const FORWARDED = new Set(['step-started', 'step-ended', 'appended']);
+
 const leaves = (steps: StepStatus[]): StepStatus[] => steps.flatMap((s) => (s.members ? s.members : [s]));
 
 /** The local status as Redis keeps it: the distributed run id, and the worker's host in each step's evidence. */
@@ -80,6 +83,28 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
       }
     }
   };
+  // The steps' events of the local log go to Redis as they are written (the run's own start and end are recorded
+  // there by the worker and by the end's script); each line once, in order.
+  let eventsOffset = 0;
+  const forwardEvents = async (s: RunStatus) => {
+    const agents = new Map(leaves(s.steps).map((st) => [st.key, st.agent]));
+    const base = eventsOffset;
+    const chunk = readFrom(paths.events, base);
+    let at = 0;
+    for (;;) {
+      const nl = chunk.indexOf(10, at);
+      if (nl < 0) break;
+      const line = chunk.subarray(at, nl).toString('utf8');
+      at = nl + 1;
+      let ev: Record<string, unknown> | null = null;
+      try { ev = JSON.parse(line) as Record<string, unknown>; } catch { ev = null; } // a torn line: skipped, as every reader does
+      if (ev && typeof ev === 'object' && FORWARDED.has(String(ev.type))) {
+        const agent = typeof ev.step === 'string' ? agents.get(ev.step) : undefined;
+        await t.runs.event(t.runId, { ...ev, ...(agent && ev.agent === undefined ? { agent } : {}) });
+      }
+      eventsOffset = base + at;
+    }
+  };
   const watch = new DirWatch([paths.dir, paths.outDir]);
   try {
     for (;;) {
@@ -87,6 +112,7 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
       const local = t.local.store.readStatus(t.localRunId);
       if (local) {
         await copyOutputs(local);
+        await forwardEvents(local);
         const mirrored = translate(local, t.runId, t.worker.host);
         if (isTerminalRun(local.state)) {
           for (const st of leaves(local.steps)) {
@@ -96,8 +122,8 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
           // A run that started and ended while Redis was away never had a running status mirrored: its worker is
           // recorded here, so the record always says who ran it (docs/scale-out.md, "What lives in Redis").
           await t.runs.recordHolder(t.runId, fields);
-          await t.runs.endRun(mirrored);
-          await t.runs.event(t.runId, { type: 'ended', state: local.state, worker: t.worker.id, host: t.worker.host }).catch(() => {});
+          await forwardEvents(local);
+          await t.runs.endRun(mirrored, { worker: t.worker.id, host: t.worker.host });
           return mirrored;
         }
         const text = JSON.stringify(mirrored);

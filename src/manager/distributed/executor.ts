@@ -23,7 +23,8 @@ import type { CancelResult } from '../cancel.js';
 import type { AppendResult } from '../append.js';
 import type { DismissResult } from '../dismiss.js';
 import type { RestoreResult } from '../sessions.js';
-import type { DistributedHealth, DistributedRuns, ManagerContext } from '../context.js';
+import type { DistributedHealth, DistributedRuns, FeedSince, ManagerContext } from '../context.js';
+import { FEED_START, feedIdBefore, followFeed, isFeedId, type FeedEntry } from '../../store/redis/feed.js';
 import { DEFAULT_CONCURRENCY, type ChainEntryInput, type LaunchInput, type LaunchResult } from '../launch.js';
 import { notFound } from '../listing.js';
 import type { StatusAnswer, StatusQuery, WaitInfo } from '../run-status.js';
@@ -130,7 +131,6 @@ export class DistributedExecutor implements DistributedRuns {
       await this.runs.endRun(endedStatus(status(c.outcome === 'QUEUED' ? 'queued' : 'starting'), 'failed', { code: 'HANDSHAKE_FAILED', message: 'the run could not be queued for a worker; nothing was started' })).catch(() => {});
       throw e;
     }
-    void this.runs.event(runId, { type: c.outcome === 'QUEUED' ? 'queued' : 'accepted', pool: settings.pool }).catch(() => {});
     const st = status(c.outcome === 'QUEUED' ? 'queued' : 'starting');
     const steps = (input.mode === 'parallel' ? st.steps[0]!.members! : st.steps).map((s) => ({ index: s.index, agent: s.agent, state: s.state }));
     return {
@@ -446,6 +446,13 @@ export class DistributedExecutor implements DistributedRuns {
     const size = await this.runs.outputLength(runId, key);
     const buf = offset >= size ? Buffer.alloc(0) : await this.runs.outputRange(runId, key, offset, Math.min(size, offset + length) - 1);
     return { buf, size };
+  }
+
+  /** Every run's events from the feed stream (docs/watch-and-ui.md, "Over Redis"). */
+  async follow(since: FeedSince, signal: AbortSignal, onEntries: (entries: FeedEntry[]) => void | Promise<void>): Promise<void> {
+    const from = since === null ? null : since === 'start' ? FEED_START : 'cursor' in since ? since.cursor : feedIdBefore(since.sinceMs);
+    if (from !== null && !isFeedId(from)) throw new SubagentError('INVALID_INPUT', `${JSON.stringify(from.slice(0, 60))} is not a cursor of this Redis's feed (one looks like 1796425051396-0); copy one from an earlier line, or use "start" or an age such as 10m.`);
+    return followFeed(this.settings.redisUrl, from, signal, onEntries);
   }
 
   async health(): Promise<DistributedHealth> {

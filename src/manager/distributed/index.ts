@@ -23,6 +23,7 @@ export function distributedRuns(settings: Settings): DistributedRuns | undefined
     everyRun: async (all) => (await get()).everyRun(all),
     collectGarbage: async (olderThanMs, dryRun) => (await get()).collectGarbage(olderThanMs, dryRun),
     resolveRunId: async (arg) => (await get()).resolveRunId(arg),
+    follow: async (since, signal, onEntries) => (await get()).follow(since, signal, onEntries),
     health: async () => (await get()).health(),
     close: async () => { if (executor) await (await executor).close(); },
   };

@@ -29,9 +29,17 @@ export const keys = {
   sessionRuns: (sessionId: string) => `${PREFIX}session:${sessionId}:runs`,
   /** SET of a session's direct ancestors (restore): links are added, never removed. */
   sessionAncestors: (sessionId: string) => `${PREFIX}session:${sessionId}:ancestors`,
+  /**
+   * STREAM of every run's events, in the order Redis recorded them (fields run, session, event JSON): what `watch`
+   * and a server's list-change notifications follow. Trimmed to about FEED_MAX_LEN entries.
+   */
+  feed: `${PREFIX}feed`,
   /** HASH worker id → heartbeat JSON (host, pool, concurrency, running, at). */
   workers: `${PREFIX}workers`,
 };
+
+/** About how many events the feed keeps (XADD MAXLEN ~): a watcher resumes from a cursor at most this far back. */
+export const FEED_MAX_LEN = 100_000;
 
 export const channels = {
   /** PUBLISHed on every change of a run's status: a waiting `status` wakes on it. */

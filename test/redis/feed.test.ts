@@ -1,0 +1,131 @@
+/**
+ * What people and clients see of runs over Redis (docs/watch-and-ui.md, "Over Redis"): `watch --redis` as a real
+ * process reading the feed stream, and a server's list-change and run-end notifications, with a private
+ * redis-server, real servers and a real worker. Every wait is bounded and waits for a condition.
+ */
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { cliStream } from '../cli/helpers.js';
+import { FIXTURE_AGENTS } from '../helpers/paths.js';
+import { startWorker, stopWorker, until, type WorkerProc } from '../helpers/redis-fleet.js';
+import { REDIS_SERVER, startRedis, type RedisInstance } from '../helpers/redis-server.js';
+import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
+import { tempStateHome, writeAgent } from '../helpers/state-home.js';
+import { skipWithout } from '../helpers/system-tools.js';
+
+const skipped = skipWithout('redis-server', REDIS_SERVER !== null);
+const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
+
+interface Line { cursor: string; ts: string; type: string; runId: string; sessionId: string; [k: string]: unknown }
+const lines = (text: string): Line[] => text.split('\n').filter(Boolean).map((l) => JSON.parse(l) as Line);
+
+let redis: RedisInstance;
+let t: ReturnType<typeof tempStateHome>;
+let worker: WorkerProc;
+const servers: Started[] = [];
+const streams: Array<ReturnType<typeof cliStream>> = [];
+const agents = (dir: string) => {
+  writeAgent(dir, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
+  writeAgent(dir, 'fails', { backend: 'command', command: ['node', FAKE, 'exit', '3'] });
+};
+
+async function server(): Promise<Started> {
+  const home = path.join(t.base, `server-${servers.length}`);
+  fs.mkdirSync(home, { mode: 0o700 });
+  agents(path.join(home, 'agents'));
+  const s = await startServer({ SUBAGENTS_HOME: home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_REDIS_URL: redis.url });
+  servers.push(s);
+  return s;
+}
+
+async function launch(s: Started, args: Record<string, unknown>): Promise<{ runId: string; sessionId: string }> {
+  const r = await s.call('launch', args);
+  expect(r.isError, textOf(r)).toBeFalsy();
+  return { runId: sc(r).runId, sessionId: sc(r).sessionId };
+}
+
+/** `watch` over Redis as a real process; `viaEnv` gives the URL as SUBAGENTS_REDIS_URL instead of --redis. */
+function watch(args: string[], o: { viaEnv?: boolean } = {}) {
+  const env: Record<string, string> = { SUBAGENTS_HOME: path.join(t.base, 'cli-home') };
+  if (o.viaEnv) env.SUBAGENTS_REDIS_URL = redis.url;
+  const w = cliStream(['watch', ...(o.viaEnv ? [] : ['--redis', redis.url]), ...args], env);
+  streams.push(w);
+  return w;
+}
+
+beforeAll(async () => {
+  if (skipped) return;
+  redis = await startRedis();
+  t = tempStateHome('sa-rfeed-');
+  worker = await startWorker({ redisUrl: redis.url, home: path.join(t.base, 'worker'), roots: [t.root], agents });
+}, 60_000);
+
+afterAll(async () => {
+  for (const w of streams) w.child.kill('SIGKILL');
+  for (const s of servers) await s.close();
+  if (worker) await stopWorker(worker, 'SIGKILL');
+  await redis?.stop();
+  t?.cleanup();
+}, 30_000);
+
+describe.skipIf(skipped)('watch over Redis', () => {
+  it('prints each run event once, in order, as it happens, and resumes after a cursor without duplicates or gaps', async () => {
+    const s = await server();
+    const w = watch(['--json']);
+    // Watching from now on: a line of a run launched after watch has read the feed's end once.
+    const warm = await launch(s, { agent: 'echo', task: 'warm-up' });
+    await w.waitFor(`"runId":"${warm.runId}"`, 60_000);
+    await waitTerminal(s, warm.runId);
+    const a = await launch(s, { agent: 'echo', task: 'one' });
+    await waitTerminal(s, a.runId);
+    await until(() => lines(w.stdout()).some((l) => l.runId === a.runId && l.type === 'ended'), 30_000, 'run a\'s ended line');
+    const seen = lines(w.stdout());
+    const of = (id: string, list = seen) => list.filter((l) => l.runId === id);
+    expect(of(a.runId).map((l) => l.type)).toEqual(['accepted', 'started', 'step-started', 'step-ended', 'ended']);
+    const [, started, stepStarted, stepEnded, ended] = of(a.runId);
+    expect(started).toMatchObject({ worker: worker.id(), host: expect.any(String) });
+    expect(stepStarted).toMatchObject({ step: '0', agent: 'echo' });
+    expect(stepEnded).toMatchObject({ step: '0', agent: 'echo', state: 'completed', exitCode: 0 });
+    expect(ended).toMatchObject({ state: 'completed', sessionId: a.sessionId, rootRunId: a.runId, depth: 0, parentRunId: null });
+    for (const l of seen) expect(l.cursor).toMatch(/^\d+-\d+$/);
+    w.child.kill('SIGTERM');
+    expect(await w.exited).toBe(0);
+
+    // Resume from the last line: exactly what came after it, a failing run's end included, nothing twice.
+    const last = seen[seen.length - 1]!.cursor;
+    const b = await launch(s, { agent: 'fails', task: 'x' });
+    expect((await waitTerminal(s, b.runId)).state).toBe('failed');
+    const r = watch(['--json', '--since', last], { viaEnv: true });
+    await until(() => lines(r.stdout()).some((l) => l.runId === b.runId && l.type === 'ended'), 30_000, 'run b\'s ended line');
+    const resumed = lines(r.stdout());
+    expect(resumed.map((l) => l.runId).every((id) => id === b.runId)).toBe(true);
+    expect(resumed.map((l) => l.type)).toEqual(['accepted', 'started', 'step-started', 'step-ended', 'ended']);
+    expect(resumed[resumed.length - 1]).toMatchObject({ state: 'failed', error: expect.any(String) });
+    expect(new Set(resumed.map((l) => l.cursor)).size).toBe(resumed.length);
+  }, 180_000);
+
+  it('--since start replays the feed in human lines of the local format; --session keeps one session\'s runs', async () => {
+    const s1 = await server();
+    const s2 = await server();
+    const one = await launch(s1, { agent: 'echo', task: 'from session one' });
+    await waitTerminal(s1, one.runId);
+    const two = await launch(s2, { agent: 'echo', task: 'from session two' });
+    await waitTerminal(s2, two.runId);
+    const h = watch(['--since', 'start']);
+    await until(() => h.stdout().includes(`${two.runId}  ended`), 30_000, 'the human ended line');
+    const line = h.stdout().split('\n').find((l) => l.includes(one.runId) && l.includes('step-ended'))!;
+    expect(line).toMatch(new RegExp(`^\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\d\\.\\d{3}  ${one.runId}  step-ended   step 0 echo completed exit 0  @\\d+-\\d+$`));
+    expect(h.stdout()).toMatch(new RegExp(`${one.runId}  started      on \\S+  @`));
+    const f = watch(['--json', '--since', 'start', '--session', two.sessionId.slice(0, 12)]);
+    await until(() => lines(f.stdout()).some((l) => l.runId === two.runId && l.type === 'ended'), 30_000, 'session two\'s ended line');
+    // Session one's run came first in the feed: had the filter let it through, it would be printed before.
+    expect(lines(f.stdout()).every((l) => l.sessionId === two.sessionId)).toBe(true);
+  }, 180_000);
+
+  it('a cursor that is not one of the feed\'s is a usage error', async () => {
+    const w = watch(['--since', 'r-nope.12']);
+    expect(await w.exited).toBe(2);
+    expect(w.stderr()).toContain('is not a cursor of this Redis');
+  }, 60_000);
+});
