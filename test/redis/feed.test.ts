@@ -129,3 +129,40 @@ describe.skipIf(skipped)('watch over Redis', () => {
     expect(w.stderr()).toContain('is not a cursor of this Redis');
   }, 60_000);
 });
+
+describe.skipIf(skipped)('notifications over Redis', () => {
+  /** Notifications the client received, by method, with their params. */
+  const got = (s: Started, method: string) => s.received().filter((m) => 'method' in m && m.method === method).map((m) => ('params' in m ? m.params : undefined) as Record<string, unknown> | undefined);
+  const LIST = 'notifications/resources/list_changed';
+
+  it('a launch, a dismissal from the command line and a restore change the session\'s list; a run\'s end is a message', async () => {
+    const s1 = await server();
+    const s2 = await server();
+    const a = await launch(s1, { agent: 'echo', task: 'listed' });
+    await until(() => got(s1, LIST).length >= 1, 30_000, 'list_changed after the launch');
+    await waitTerminal(s1, a.runId);
+    await until(() => got(s1, 'notifications/message').some((p) => p?.data === `run ${a.runId} completed`), 30_000, 'the run\'s end message');
+    expect(got(s1, 'notifications/message').find((p) => p?.data === `run ${a.runId} completed`)).toMatchObject({ level: 'info' });
+    // The other session sees none of it.
+    expect(got(s2, LIST)).toEqual([]);
+
+    // Dismissed by another process (the command line): the list of the run's session changes.
+    const before = got(s1, LIST).length;
+    const d = cliStream(['dismiss', '--redis', redis.url, a.runId], { SUBAGENTS_HOME: path.join(t.base, 'cli-home') });
+    streams.push(d);
+    expect(await d.exited, d.stderr()).toBe(0);
+    await until(() => got(s1, LIST).length > before, 30_000, 'list_changed after the dismissal');
+    const listed = await s1.client.listResources();
+    expect(listed.resources.map((r) => r.name)).not.toContain(a.runId);
+
+    // Restore adopts session one's runs into session two: its list changes, and a later launch of session one too.
+    const r = await s2.call('restore', { lineage: [a.sessionId] });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    await until(() => got(s2, LIST).length >= 1, 30_000, 'list_changed after the restore');
+    const after = got(s2, LIST).length;
+    const b = await launch(s1, { agent: 'echo', task: 'seen by the restorer' });
+    await until(() => got(s2, LIST).length > after, 30_000, 'list_changed of the adopted session\'s launch');
+    expect((await s2.client.listResources()).resources.map((x) => x.name)).toContain(b.runId);
+    await waitTerminal(s1, b.runId);
+  }, 180_000);
+});

@@ -448,11 +448,15 @@ export class DistributedExecutor implements DistributedRuns {
     return { buf, size };
   }
 
+  lineage(ctx: ManagerContext): Promise<Set<string>> {
+    return this.runs.lineage(ctx.sessionId);
+  }
+
   /** Every run's events from the feed stream (docs/watch-and-ui.md, "Over Redis"). */
-  async follow(since: FeedSince, signal: AbortSignal, onEntries: (entries: FeedEntry[]) => void | Promise<void>): Promise<void> {
+  async follow(since: FeedSince, signal: AbortSignal, onEntries: (entries: FeedEntry[]) => void | Promise<void>, onPlaced?: () => void): Promise<void> {
     const from = since === null ? null : since === 'start' ? FEED_START : 'cursor' in since ? since.cursor : feedIdBefore(since.sinceMs);
     if (from !== null && !isFeedId(from)) throw new SubagentError('INVALID_INPUT', `${JSON.stringify(from.slice(0, 60))} is not a cursor of this Redis's feed (one looks like 1796425051396-0); copy one from an earlier line, or use "start" or an age such as 10m.`);
-    return followFeed(this.settings.redisUrl, from, signal, onEntries);
+    return followFeed(this.settings.redisUrl, from, signal, onEntries, onPlaced);
   }
 
   async health(): Promise<DistributedHealth> {

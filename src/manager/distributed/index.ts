@@ -23,7 +23,8 @@ export function distributedRuns(settings: Settings): DistributedRuns | undefined
     everyRun: async (all) => (await get()).everyRun(all),
     collectGarbage: async (olderThanMs, dryRun) => (await get()).collectGarbage(olderThanMs, dryRun),
     resolveRunId: async (arg) => (await get()).resolveRunId(arg),
-    follow: async (since, signal, onEntries) => (await get()).follow(since, signal, onEntries),
+    follow: async (since, signal, onEntries, onPlaced) => (await get()).follow(since, signal, onEntries, onPlaced),
+    lineage: async (ctx) => (await get()).lineage(ctx),
     health: async () => (await get()).health(),
     close: async () => { if (executor) await (await executor).close(); },
   };

@@ -34,10 +34,11 @@ function parse([id, fields]: RawEntry): FeedEntry | null {
 
 /**
  * Follows the feed from after `from` (a stream id; null: from now on) until `signal` aborts, handing each batch to
- * `onEntries` in order. Redis away: the read is retried once the connection is back (ioredis reconnects by itself);
+ * `onEntries` in order; `onPlaced` is called once the place to read from is known (every event recorded after
+ * that is handed over). Redis away: the read is retried once the connection is back (ioredis reconnects by itself);
  * nothing is skipped, since the next read starts after the last entry handed over.
  */
-export async function followFeed(url: string, from: string | null, signal: AbortSignal, onEntries: (entries: FeedEntry[]) => void | Promise<void>): Promise<void> {
+export async function followFeed(url: string, from: string | null, signal: AbortSignal, onEntries: (entries: FeedEntry[]) => void | Promise<void>, onPlaced?: () => void): Promise<void> {
   const conn = connect(url, { blocking: true, name: 'subagents-feed' });
   const stop = () => conn.disconnect();
   signal.addEventListener('abort', stop, { once: true });
@@ -49,6 +50,7 @@ export async function followFeed(url: string, from: string | null, signal: Abort
           const newest = await conn.xrevrange(keys.feed, '+', '-', 'COUNT', 1);
           last = newest[0]?.[0] ?? FEED_START;
         }
+        onPlaced?.();
         const got = await conn.xread('COUNT', 500, 'BLOCK', 5000, 'STREAMS', keys.feed, last) as Array<[string, RawEntry[]]> | null;
         const raw = got?.[0]?.[1] ?? [];
         if (raw.length === 0) continue;
