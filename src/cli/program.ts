@@ -217,11 +217,13 @@ Examples:
       return watchCommand(operator(cmd), o, out);
     }));
 
-  withSettingFlags(program.command('ui').description('a live web dashboard of every run of the home, on 127.0.0.1, reached through the printed URL (it carries a secret token)'))
+  withSettingFlags(program.command('ui').description('a live web dashboard of every run of the home (or, with --redis, of the Redis), on 127.0.0.1, reached through the printed URL (it carries a secret token)'))
     .option('--port <n>', 'the port to listen on (default: any free port)')
     .option('--no-open', 'print the URL only; do not open a browser')
     .action(act(async (o: { port?: string; open: boolean }, cmd: Command) => {
       const { uiCommand } = await import('./ui.js');
+      const remote = await overRedis(cmd, (ctx) => uiCommand(ctx, o, out));
+      if (remote !== null) return remote;
       return uiCommand(operator(cmd), o, out);
     }));
 

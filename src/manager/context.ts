@@ -84,6 +84,8 @@ export interface DistributedHealth {
   workers: Array<{ id: string; host: string; pool: string; concurrency: number; running: number; lastSeenMs: number }>;
   active?: number;
   queued?: number;
+  /** Agent slots held across the deployment. */
+  agents?: number;
 }
 
 /** The built runner entry and the bundled agents (src/paths.ts: correct in the tsc build and in the bundle). */

@@ -7,6 +7,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cliStream } from '../cli/helpers.js';
+import { startUi, type UiProcess } from '../ui/ui-process.js';
 import { FIXTURE_AGENTS } from '../helpers/paths.js';
 import { startWorker, stopWorker, until, type WorkerProc } from '../helpers/redis-fleet.js';
 import { REDIS_SERVER, startRedis, type RedisInstance } from '../helpers/redis-server.js';
@@ -25,9 +26,11 @@ let t: ReturnType<typeof tempStateHome>;
 let worker: WorkerProc;
 const servers: Started[] = [];
 const streams: Array<ReturnType<typeof cliStream>> = [];
+const uis: UiProcess[] = [];
 const agents = (dir: string) => {
   writeAgent(dir, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
   writeAgent(dir, 'fails', { backend: 'command', command: ['node', FAKE, 'exit', '3'] });
+  writeAgent(dir, 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
 };
 
 async function server(): Promise<Started> {
@@ -63,6 +66,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   for (const w of streams) w.child.kill('SIGKILL');
+  for (const u of uis) await u.stop();
   for (const s of servers) await s.close();
   if (worker) await stopWorker(worker, 'SIGKILL');
   await redis?.stop();
@@ -164,5 +168,52 @@ describe.skipIf(skipped)('notifications over Redis', () => {
     await until(() => got(s2, LIST).length > after, 30_000, 'list_changed of the adopted session\'s launch');
     expect((await s2.client.listResources()).resources.map((x) => x.name)).toContain(b.runId);
     await waitTerminal(s1, b.runId);
+  }, 180_000);
+});
+
+describe.skipIf(skipped)('the dashboard over Redis', () => {
+  it('lists the deployment\'s runs, shows a run page, its output and events, announces changes, and cancels', async () => {
+    const s = await server();
+    const done = await launch(s, { agent: 'echo', task: 'shown on the dashboard' });
+    await waitTerminal(s, done.runId);
+    const ui = await startUi({ SUBAGENTS_HOME: path.join(t.base, 'cli-home'), SUBAGENTS_REDIS_URL: redis.url });
+    uis.push(ui);
+    const auth = { Authorization: `Bearer ${ui.token}` };
+    const get = async (p: string) => { const r = await fetch(`${ui.base}${p}`, { headers: auth }); return { status: r.status, body: await r.json() as Record<string, any> }; };
+
+    const list = await get('/api/runs?all=1');
+    expect(list.status).toBe(200);
+    const row = list.body.trees.map((x: { run: Record<string, any> }) => x.run).find((r: { runId: string }) => r.runId === done.runId);
+    expect(row).toMatchObject({ runId: done.runId, sessionId: done.sessionId, state: 'completed', mode: 'single', agents: ['echo'], depth: 0 });
+    const page = await get(`/api/runs/${done.runId}`);
+    expect(page.status).toBe(200);
+    expect(page.body.steps).toEqual([expect.objectContaining({ key: '0', agent: 'echo', state: 'completed', exitCode: 0 })]);
+    expect(page.body.events.map((e: { type: string }) => e.type)).toEqual(['accepted', 'started', 'step-started', 'step-ended', 'ended']);
+    const out = await get(`/api/runs/${done.runId}/output?step=0`);
+    expect(out.body).toMatchObject({ key: '0', text: 'shown on the dashboard', from: 0 });
+    expect((await get('/api/runs/r-AAAAAAAAAAAAAAAAAAAAAAAA')).status).toBe(404);
+
+    // Server-sent events: a launch elsewhere is announced as a change naming the run.
+    const ac = new AbortController();
+    const stream = await fetch(`${ui.base}/api/events`, { headers: auth, signal: ac.signal });
+    let events = '';
+    const reading = (async () => {
+      const decoder = new TextDecoder();
+      for await (const chunk of stream.body as unknown as AsyncIterable<Uint8Array>) events += decoder.decode(chunk);
+    })().catch(() => {});
+    await until(() => events.includes('event: hello'), 30_000, 'the event stream\'s hello');
+    const live = await launch(s, { agent: 'sleeper', task: 'cancelled from the dashboard' });
+    await until(() => events.includes(live.runId), 30_000, 'a change naming the new run');
+    await until(async () => (await get(`/api/runs/${live.runId}`)).body.run?.state === 'running', 60_000, 'the run running');
+
+    // Cancel is a POST from the page's origin, as locally.
+    const refused = await fetch(`${ui.base}/api/runs/${live.runId}/cancel`, { method: 'POST', headers: auth });
+    expect(refused.status).toBe(403);
+    const c = await fetch(`${ui.base}/api/runs/${live.runId}/cancel`, { method: 'POST', headers: { ...auth, Origin: ui.base } });
+    expect(c.status).toBe(200);
+    expect(await c.json()).toMatchObject({ runId: live.runId, state: 'cancelled' });
+    await until(async () => (await get('/api/runs?state=cancelled')).body.trees.some((x: { run: { runId: string } }) => x.run.runId === live.runId), 30_000, 'the cancelled run listed so');
+    ac.abort();
+    await reading;
   }, 180_000);
 });

@@ -469,7 +469,7 @@ export class DistributedExecutor implements DistributedRuns {
         .map((w) => ({ id: w.id, host: w.host, pool: w.pool, concurrency: w.concurrency, running: w.running, lastSeenMs: Math.max(0, now - w.at) }))
         .filter((w) => w.lastSeenMs <= recent);
       const c = await this.runs.counts();
-      return { ...base, reachable: true, version: info.version, persistence: { aof: info.aof, rdb: info.rdbSaves }, workers, active: c.active, queued: c.queued };
+      return { ...base, reachable: true, version: info.version, persistence: { aof: info.aof, rdb: info.rdbSaves }, workers, active: c.active, queued: c.queued, agents: c.agents };
     } catch (e) {
       return { ...base, reachable: false, problem: e instanceof SubagentError ? e.message : 'Redis could not be asked', workers: [] };
     }
