@@ -69,7 +69,7 @@ export function jsonLine(e: HomeEvent): string {
 }
 
 /**
- * Over Redis (docs/watch-and-ui.md, "Over Redis"): the same lines from the feed stream of every run's events, whose
+ * Over Redis (docs/watch-and-ui.md, "`watch` over Redis"): the same lines from the feed stream of every run's events, whose
  * entry ids are the cursors. Distributed runs have no nesting in Redis: each is its own root.
  */
 export async function watchRedis(ctx: ManagerContext, o: WatchOptions, out: (s: string) => void): Promise<number> {

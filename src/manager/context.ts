@@ -62,7 +62,7 @@ export interface DistributedRuns {
   resolveRunId(arg: string): Promise<string>;
   collectGarbage(olderThanMs: number, dryRun: boolean): Promise<{ removed: Array<{ runId: string; endedAt: string; dismissed: boolean }>; keptActive: number; keptRecent: number; dryRun: boolean }>;
   /**
-   * Every run's events as Redis records them (docs/watch-and-ui.md, "Over Redis"), after `since` (a cursor from an
+   * Every run's events as Redis records them (docs/watch-and-ui.md, "`watch` over Redis"), after `since` (a cursor from an
    * earlier entry, `start`, a time, or null: from now on), until `signal` aborts.
    */
   follow(since: FeedSince, signal: AbortSignal, onEntries: (entries: FeedEntry[]) => void | Promise<void>, onPlaced?: () => void): Promise<void>;

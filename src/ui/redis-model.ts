@@ -32,7 +32,7 @@ function costOf(steps: StepView[]): number | null {
 }
 
 /**
- * The dashboard's model over Redis (docs/watch-and-ui.md, "Over Redis"): every run of the deployment, read through
+ * The dashboard's model over Redis (docs/watch-and-ui.md, "The dashboard over Redis"): every run of the deployment, read through
  * the distributed use cases (the command line's view: every session), a run read again when the feed of run events
  * names it. The tree, its filters and pages are the local model's; a run page and an output tail are read from Redis.
  */

@@ -230,7 +230,7 @@ export async function startUiServer(ctx: ManagerContext, o: UiOptions = {}): Pro
 }
 
 /**
- * The dashboard over Redis (docs/watch-and-ui.md, "Over Redis"): the model reads the deployment's runs, and the feed
+ * The dashboard over Redis (docs/watch-and-ui.md, "The dashboard over Redis"): the model reads the deployment's runs, and the feed
  * of run events (a blocking read, no poll) names the runs to read again; runs on workers announce their output at
  * each tick, since output reaches Redis without an event.
  */

@@ -452,7 +452,7 @@ export class DistributedExecutor implements DistributedRuns {
     return this.runs.lineage(ctx.sessionId);
   }
 
-  /** Every run's events from the feed stream (docs/watch-and-ui.md, "Over Redis"). */
+  /** Every run's events from the feed stream (docs/watch-and-ui.md, "`watch` over Redis"). */
   async follow(since: FeedSince, signal: AbortSignal, onEntries: (entries: FeedEntry[]) => void | Promise<void>, onPlaced?: () => void): Promise<void> {
     const from = since === null ? null : since === 'start' ? FEED_START : 'cursor' in since ? since.cursor : feedIdBefore(since.sinceMs);
     if (from !== null && !isFeedId(from)) throw new SubagentError('INVALID_INPUT', `${JSON.stringify(from.slice(0, 60))} is not a cursor of this Redis's feed (one looks like 1796425051396-0); copy one from an earlier line, or use "start" or an age such as 10m.`);

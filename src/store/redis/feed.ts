@@ -1,5 +1,5 @@
 /**
- * The feed of every run's events (docs/watch-and-ui.md, "Over Redis"): a Redis stream written by the same scripts
+ * The feed of every run's events (docs/watch-and-ui.md, "`watch` over Redis"): a Redis stream written by the same scripts
  * that record the events (./scripts.ts), read with XREAD BLOCK on a connection of its own. An entry's stream id is
  * its cursor: a reader that resumes from it gets every later entry once.
  */

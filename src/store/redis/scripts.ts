@@ -9,7 +9,7 @@ const TERMINAL = `local terminal = { completed = true, failed = true, cancelled 
 
 /**
  * Records one event of a run: appended to the run's events and to the feed stream every watcher reads (XADD, trimmed
- * to about `maxLen` entries), in the same step as the change it reports (docs/watch-and-ui.md, "Over Redis").
+ * to about `maxLen` entries), in the same step as the change it reports (docs/watch-and-ui.md, "`watch` over Redis").
  */
 const RECORD_EVENT = `
 local function recordEvent(eventsKey, feedKey, runId, sessionId, json, maxLen)
