@@ -77,10 +77,12 @@ describe.skipIf(skipped)('watch over Redis', () => {
   it('prints each run event once, in order, as it happens, and resumes after a cursor without duplicates or gaps', async () => {
     const s = await server();
     const w = watch(['--json']);
-    // Watching from now on: a line of a run launched after watch has read the feed's end once.
-    const warm = await launch(s, { agent: 'echo', task: 'warm-up' });
-    await w.waitFor(`"runId":"${warm.runId}"`, 60_000);
-    await waitTerminal(s, warm.runId);
+    // Watching from now on: warm-up runs until one shows, so watch has read the feed's end before the runs below.
+    await until(async () => {
+      const warm = await launch(s, { agent: 'echo', task: 'warm-up' });
+      await waitTerminal(s, warm.runId);
+      return w.stdout().includes(`"runId":"${warm.runId}"`);
+    }, 60_000, 'a warm-up run shown by watch');
     const a = await launch(s, { agent: 'echo', task: 'one' });
     await waitTerminal(s, a.runId);
     await until(() => lines(w.stdout()).some((l) => l.runId === a.runId && l.type === 'ended'), 30_000, 'run a\'s ended line');
