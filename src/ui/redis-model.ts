@@ -39,12 +39,28 @@ function costOf(steps: StepView[]): number | null {
 export class RedisModel extends HomeModel {
   private cachedGauges: Gauges = { active: 0, activeLimit: 0, agents: 0, agentsLimit: 0, queued: 0, runs: 0, damaged: 0 };
 
+  /**
+   * `scope`: `all`, the command line's view (every session's runs); `session`, an MCP session's view (its runs and
+   * those of the sessions it restored: any other run answers not found, as every tool does).
+   */
+  constructor(ctx: ConstructorParameters<typeof HomeModel>[0], private readonly scopeOf: 'all' | 'session' = 'all') {
+    super(ctx);
+  }
+
   private get d() { return this.ctx.distributed!; }
 
   override load(): void { /* loadRemote() */ }
 
+  /** Reads the runs in scope (again: runs that are gone are dropped), and the gauges. */
   async loadRemote(): Promise<void> {
-    for (const s of await this.d.everyRun(true)) this.rows.set(s.runId, rowOf(s));
+    let summaries: RunSummary[];
+    if (this.scopeOf === 'all') summaries = await this.d.everyRun(true);
+    else {
+      const a = await this.d.status(this.ctx, { all: true }, { signal: new AbortController().signal });
+      summaries = a.kind === 'list' ? a.runs : [];
+    }
+    this.rows.clear();
+    for (const s of summaries) this.rows.set(s.runId, rowOf(s));
     this.shape = null;
     await this.refreshGauges();
   }

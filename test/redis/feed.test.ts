@@ -218,4 +218,24 @@ describe.skipIf(skipped)('the dashboard over Redis', () => {
     ac.abort();
     await reading;
   }, 180_000);
+
+  it('the dashboard tool (MCP App) shows the session\'s runs from Redis, and no other session\'s', async () => {
+    const s1 = await server();
+    const s2 = await server();
+    const mine = await launch(s1, { agent: 'echo', task: 'in the app' });
+    await waitTerminal(s1, mine.runId);
+    const theirs = await launch(s2, { agent: 'echo', task: 'not in the app' });
+    await waitTerminal(s2, theirs.runId);
+    const list = await s1.call('dashboard', {});
+    expect(list.isError, textOf(list)).toBeFalsy();
+    expect(sc(list).trees.map((x: { run: { runId: string } }) => x.run.runId)).toEqual([mine.runId]);
+    expect(textOf(list)).toContain(mine.runId);
+    const page = await s1.call('dashboard', { view: 'run', runId: mine.runId });
+    expect(sc(page).steps).toEqual([expect.objectContaining({ key: '0', agent: 'echo', state: 'completed' })]);
+    const out = await s1.call('dashboard', { view: 'output', runId: mine.runId, step: '0' });
+    expect(sc(out).text).toBe('in the app');
+    const other = await s1.call('dashboard', { view: 'run', runId: theirs.runId });
+    expect(other.isError).toBe(true);
+    expect(textOf(other)).toMatch(/^RUN_NOT_FOUND: /);
+  }, 120_000);
 });
