@@ -67,6 +67,18 @@ function leaveWorktree(home: string, runId: string, stepKey: string): string {
   return dir;
 }
 
+/** Long-polls status until `pred` holds. */
+async function waitState(runId: string, pred: (v: Record<string, any>) => boolean): Promise<Record<string, any>> {
+  let v: Record<string, any> = {};
+  await until(async () => { v = sc(await s.call('status', { runId, waitMs: 1000 })); return pred(v); }, 60_000, `run ${runId}'s awaited state`);
+  return v;
+}
+
+/** Whether a process runs (not a zombie). */
+function alive(pid: number): boolean {
+  try { return !/\) Z /.test(fs.readFileSync(`/proc/${pid}/stat`, 'utf8')); } catch { return false; }
+}
+
 describe.skipIf(skipped)('worktree isolation over Redis', () => {
   it('an isolated step runs in a worktree of the worker\'s home; status shows its branch and counts, the patch resource its diff', async () => {
     const task = JSON.stringify({ write: { 'new.txt': 'new\n', 'app.txt': 'line 0\nchanged\n' }, remove: ['old.txt'] });
@@ -125,6 +137,21 @@ describe.skipIf(skipped)('worktree isolation over Redis', () => {
     await until(() => !fs.existsSync(wt), 30_000, 'the worktree\'s removal');
     await until(() => extraWorktrees(repo).length === 0, 30_000, 'git\'s record of it gone');
     expect(branchesLike(repo, `subagents/${runId}/*`)).toEqual([`subagents/${runId}/0`]);
+  }, 90_000);
+
+  it('a runner that dies on a live worker: the run ends RUNNER_LOST in Redis, its agent is stopped and its worktree removed', async () => {
+    const started = path.join(t.base, 'started-lost');
+    const runId = await launch({ agent: 'editor', task: JSON.stringify({ startedFile: started, sleepMs: 60_000 }), cwd: 'repo', isolation: 'worktree' });
+    await until(() => fs.existsSync(started), 60_000, 'the agent\'s start');
+    const agentPid = Number(fs.readFileSync(started, 'utf8'));
+    const running = await waitState(runId, (v) => v.runnerPid !== null);
+    process.kill(running.runnerPid, 'SIGKILL');
+    const fin = await waitTerminal(s, runId);
+    expect(fin.state).toBe('failed');
+    expect(fin.error.code).toBe('RUNNER_LOST');
+    await until(() => !alive(agentPid), 30_000, 'the agent stopped');
+    await until(() => !fs.existsSync(path.join(workerHome(), 'worktrees', runId)), 30_000, 'the worktree\'s removal');
+    await until(() => extraWorktrees(repo).length === 0, 30_000, 'git\'s record of it gone');
   }, 90_000);
 
   it('dismiss of an ended run asks its worker to remove worktrees it left on that machine', async () => {
