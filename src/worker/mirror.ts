@@ -68,7 +68,7 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
     for (const st of leaves(s.steps)) {
       // An isolated step's patch is complete once its status shows its changes (src/runner/step-worktrees.ts).
       if (st.changes && !patches.has(st.key)) {
-        await t.runs.appendOutput(t.runId, `${st.key}.patch`, readFrom(paths.patch(st.key), 0, t.capBytes), t.capBytes);
+        await t.runs.putOutput(t.runId, `${st.key}.patch`, readFrom(paths.patch(st.key), 0, t.capBytes));
         patches.add(st.key);
       }
       let offset = sent.get(st.key) ?? 0;

@@ -117,6 +117,11 @@ export class RedisRuns {
     return this.call('store the output', () => this.redis.saAppendCapped(keys.output(runId, stepKey), bytes, capBytes));
   }
 
+  /** A whole stored text at once (an isolated step's patch): written again, it is the same, never doubled. */
+  async putOutput(runId: string, stepKey: string, bytes: Buffer): Promise<void> {
+    await this.call('store the output', () => this.redis.set(keys.output(runId, stepKey), bytes));
+  }
+
   async outputLength(runId: string, stepKey: string): Promise<number> {
     return this.call('read the output', () => this.redis.strlen(keys.output(runId, stepKey)));
   }
@@ -169,8 +174,8 @@ export class RedisRuns {
 
   /** Hides the run from listings (it stays readable by id); who asked is kept with it. */
   async markDismissed(runId: string, by: string): Promise<void> {
-    const first = await this.call('record the dismissal', () => this.redis.hsetnx(keys.run(runId), 'dismissed', by));
-    if (first === 1) await this.event(runId, { type: 'dismissed' });
+    const event = JSON.stringify({ ts: new Date().toISOString(), type: 'dismissed' });
+    await this.call('record the dismissal', () => this.redis.saDismiss(keys.run(runId), keys.events(runId), keys.feed, runId, by, event, FEED_MAX_LEN));
   }
 
   /** Whether a session has ever had a run (restore's "known" test). */

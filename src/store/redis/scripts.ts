@@ -157,6 +157,17 @@ if len >= cap then return len end
 return redis.call('APPEND', KEYS[1], string.sub(ARGV[1], 1, cap - len))
 `;
 
+/**
+ * A run's dismissal (who asked), with its `dismissed` event in the same step; a second dismissal changes nothing.
+ * KEYS: run, events, feed. ARGV: runId, by, event JSON, feed length. Returns 1 dismissed here, 0 already dismissed.
+ */
+const DISMISS = `
+${RECORD_EVENT}
+if redis.call('HSETNX', KEYS[1], 'dismissed', ARGV[2]) == 0 then return 0 end
+recordEvent(KEYS[2], KEYS[3], ARGV[1], sessionOf(KEYS[1]), ARGV[3], ARGV[4])
+return 1
+`;
+
 export interface SubagentScripts {
   saClaimLaunch(...args: Array<string | number>): Promise<[string, number, number, number]>;
   saStartRun(...args: Array<string | number>): Promise<number>;
@@ -164,6 +175,7 @@ export interface SubagentScripts {
   saEndRun(...args: Array<string | number>): Promise<number>;
   saAppendCapped(...args: Array<string | number | Buffer>): Promise<number>;
   saEvent(...args: Array<string | number>): Promise<string>;
+  saDismiss(...args: Array<string | number>): Promise<number>;
 }
 
 export type ScriptedRedis = Redis & SubagentScripts;
@@ -175,6 +187,7 @@ export function defineScripts(r: Redis): ScriptedRedis {
   r.defineCommand('saPutStatus', { numberOfKeys: 1, lua: PUT_STATUS });
   r.defineCommand('saEndRun', { numberOfKeys: 7, lua: END_RUN });
   r.defineCommand('saEvent', { numberOfKeys: 3, lua: EVENT });
+  r.defineCommand('saDismiss', { numberOfKeys: 3, lua: DISMISS });
   r.defineCommand('saAppendCapped', { numberOfKeys: 1, lua: APPEND_CAPPED });
   return r as ScriptedRedis;
 }
