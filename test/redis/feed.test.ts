@@ -170,6 +170,14 @@ describe.skipIf(skipped)('notifications over Redis', () => {
     await until(() => got(s2, LIST).length > after, 30_000, 'list_changed of the adopted session\'s launch');
     expect((await s2.client.listResources()).resources.map((x) => x.name)).toContain(b.runId);
     await waitTerminal(s1, b.runId);
+
+    // gc removes ended runs from Redis: the lists of the sessions that saw them change.
+    const beforeGc = got(s2, LIST).length;
+    const gc = cliStream(['gc', '--redis', redis.url, '--older-than', '0ms'], { SUBAGENTS_HOME: path.join(t.base, 'cli-home') });
+    streams.push(gc);
+    expect(await gc.exited, gc.stderr()).toBe(0);
+    await until(() => got(s2, LIST).length > beforeGc, 30_000, 'list_changed after gc');
+    expect((await s2.client.listResources()).resources.map((x) => x.name)).not.toContain(b.runId);
   }, 180_000);
 });
 
