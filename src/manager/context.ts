@@ -60,7 +60,8 @@ export interface DistributedRuns {
   /** The command line's view: every run (newest first), and a run id from a unique prefix. */
   everyRun(all: boolean): Promise<RunSummary[]>;
   resolveRunId(arg: string): Promise<string>;
-  collectGarbage(olderThanMs: number, dryRun: boolean): Promise<{ removed: Array<{ runId: string; endedAt: string; dismissed: boolean }>; keptActive: number; keptRecent: number; dryRun: boolean }>;
+  /** With `branches`, the workers that ran the removed isolated runs are asked to delete their branches. */
+  collectGarbage(olderThanMs: number, dryRun: boolean, branches?: boolean): Promise<{ removed: Array<{ runId: string; endedAt: string; dismissed: boolean }>; keptActive: number; keptRecent: number; dryRun: boolean; branchesAsked?: number }>;
   /**
    * Every run's events as Redis records them (docs/watch-and-ui.md, "`watch` over Redis"), after `since` (a cursor from an
    * earlier entry, `start`, a time, or null: from now on), until `signal` aborts.

@@ -2,10 +2,11 @@
  * What runs of this worker's home left on its machine (docs/scale-out.md, "Worktree isolation over Redis"): a
  * worktree lives where its run ran, so only this machine can remove it. A worker sweeps its home when it starts (runs
  * of a previous life whose runner died are reconciled, which stops what is left of them and removes their worktrees)
- * and removes a dismissed run's leftover worktrees when a server asks the pool.
+ * and removes a dismissed run's leftover worktrees when a server asks the pool; `gc --branches` asks it to delete a
+ * removed run's branches likewise.
  */
 import type { ManagerContext } from '../manager/context.js';
-import { removeEndedRunsWorktrees, removeStaleWorktrees } from '../manager/isolation.js';
+import { deleteBranches, removeEndedRunsWorktrees, removeStaleWorktrees, runBranches } from '../manager/isolation.js';
 import { freshStatus } from '../manager/run-status.js';
 import { Sweeper } from '../manager/sweep.js';
 import { isAlive } from '../process/identity.js';
@@ -32,4 +33,12 @@ export async function sweepHome(local: ManagerContext): Promise<number> {
 export async function removeRunLeftovers(local: ManagerContext, runId: string): Promise<number> {
   if (!hasWorktrees(local.layout.home, runId) || !(await ended(local, runId))) return 0;
   return removeStaleWorktrees(local, runId);
+}
+
+/** `gc --branches` over Redis: the branches this machine's copy of the run made, deleted. Returns how many were. */
+export async function deleteRunBranches(local: ManagerContext, runId: string): Promise<number> {
+  if (!(await ended(local, runId))) return 0;
+  let status = null;
+  try { status = local.store.readStatus(runId); } catch { return 0; }
+  return deleteBranches(local, runBranches(status));
 }

@@ -23,7 +23,7 @@ import { isTerminalRun } from '../store/run-types.js';
 import { endedStatus } from '../manager/distributed/view.js';
 import { localContext, workerHome } from './local-context.js';
 import { mirrorRun } from './mirror.js';
-import { removeRunLeftovers, sweepHome } from './leftovers.js';
+import { deleteRunBranches, removeRunLeftovers, sweepHome } from './leftovers.js';
 
 export interface WorkerOptions {
   concurrency: number;
@@ -78,11 +78,20 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
     await runs.redis.publish(channels.reply(req.requestId), JSON.stringify(reply)).catch(() => {});
   };
   // A dismissed run's worktrees left on this machine (a run id; the other workers of the pool have none of it).
-  const cleanupLocal = (runId: string) => {
-    if (!isRunId(runId) || held.has(runId)) return;
-    void removeRunLeftovers(local, runId)
-      .then((n) => { if (n) log(`removed ${n} worktree(s) left by dismissed run ${runId}`); })
-      .catch((e) => log(`cleanup of ${runId} failed: ${(e as Error).message}`));
+  // `gc --branches` sends { runId, branches: true }: the branches this machine's checkout holds for it go too.
+  const cleanupLocal = (message: string) => {
+    let runId = message;
+    let branches = false;
+    if (message.startsWith('{')) {
+      try { ({ runId, branches } = JSON.parse(message) as { runId: string; branches: boolean }); } catch { return; }
+    }
+    if (typeof runId !== 'string' || !isRunId(runId) || held.has(runId)) return;
+    void (async () => {
+      const n = await removeRunLeftovers(local, runId);
+      if (n) log(`removed ${n} worktree(s) left by run ${runId}`);
+      const b = branches === true ? await deleteRunBranches(local, runId) : 0;
+      if (b) log(`deleted ${b} branch(es) of run ${runId}`);
+    })().catch((e) => log(`cleanup of ${runId} failed: ${(e as Error).message}`));
   };
   const cancelChannel = channels.cancel(settings.pool);
   const cleanupChannel = channels.cleanup(settings.pool);

@@ -4,11 +4,12 @@
  * in its own home, as a local runner does; status shows the branch and counts from Redis, the patch resource reads
  * the mirrored patch; dismiss and a worker's restart remove worktrees a run left on that machine.
  */
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { branchesLike, changedFiles, checkoutState, extraWorktrees, gitIn, makeRepo } from '../helpers/git-repo.js';
-import { FIXTURE_AGENTS } from '../helpers/paths.js';
+import { FIXTURE_AGENTS, MAIN_JS } from '../helpers/paths.js';
 import { startWorker, stopWorker, until, type WorkerProc } from '../helpers/redis-fleet.js';
 import { REDIS_SERVER, startRedis, type RedisInstance } from '../helpers/redis-server.js';
 import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
@@ -163,7 +164,7 @@ describe.skipIf(skipped)('worktree isolation over Redis', () => {
     await until(() => !fs.existsSync(path.join(workerHome(), 'worktrees', runId)), 30_000, 'the leftover\'s removal');
     expect(fs.existsSync(dir)).toBe(false);
     expect(extraWorktrees(repo)).toEqual([]);
-    expect(worker.log()).toContain(`dismissed run ${runId}`);
+    expect(worker.log()).toContain(`left by run ${runId}`);
   }, 90_000);
 
   it('a worker started on a home with worktrees of ended runs removes them', async () => {
@@ -175,5 +176,17 @@ describe.skipIf(skipped)('worktree isolation over Redis', () => {
     expect(fs.existsSync(dir)).toBe(false);
     expect(extraWorktrees(repo)).toEqual([]);
     expect(worker.log()).toMatch(/removed 1 worktree\(s\) left in/);
+  }, 90_000);
+
+  it('gc --redis --branches removes ended runs and asks the worker that ran them to delete their branches', async () => {
+    const runId = await launch({ tasks: [{ agent: 'editor', task: JSON.stringify({ write: { 'p.txt': 'p\n' } }) }, { agent: 'editor', task: JSON.stringify({ write: { 'q.txt': 'q\n' } }) }], cwd: 'repo', isolation: 'worktree' });
+    expect((await waitTerminal(s, runId)).state).toBe('completed');
+    expect(branchesLike(repo, `subagents/${runId}/*`).sort()).toEqual([`subagents/${runId}/0-0`, `subagents/${runId}/0-1`]);
+    const gc = spawnSync(process.execPath, [MAIN_JS, 'gc', '--redis', redis.url, '--older-than', '0ms', '--branches'], { env: { PATH: process.env.PATH, HOME: process.env.HOME, SUBAGENTS_HOME: path.join(t.base, 'cli-home') }, encoding: 'utf8', timeout: 60_000 });
+    expect(gc.status, gc.stderr).toBe(0);
+    expect(gc.stdout).toMatch(/asked the workers that ran \d+ isolated run\(s\) to delete their branches/);
+    await until(() => branchesLike(repo, `subagents/${runId}/*`).length === 0, 30_000, 'the run\'s branches deleted');
+    expect((await s.call('status', { runId })).isError).toBe(true);
+    expect(checkoutState(repo)).toEqual(before);
   }, 90_000);
 });

@@ -261,20 +261,29 @@ export class DistributedExecutor implements DistributedRuns {
    * Removes ended runs whose end (or, dismissed, whose end too) is older than `olderThanMs`, never an active one
    * (docs/scale-out.md, "Limits"); with `dryRun`, only says which.
    */
-  async collectGarbage(olderThanMs: number, dryRun: boolean): Promise<{ removed: Array<{ runId: string; endedAt: string; dismissed: boolean }>; keptActive: number; keptRecent: number; dryRun: boolean }> {
+  async collectGarbage(olderThanMs: number, dryRun: boolean, branches = false): Promise<{ removed: Array<{ runId: string; endedAt: string; dismissed: boolean }>; keptActive: number; keptRecent: number; dryRun: boolean; branchesAsked?: number }> {
     const cutoff = Date.now() - olderThanMs;
     const removed: Array<{ runId: string; endedAt: string; dismissed: boolean }> = [];
     let keptActive = 0;
     let keptRecent = 0;
+    let branchesAsked = 0;
     for (const id of await this.runs.allRuns()) {
       const r = await this.runs.read(id);
       if (!r) continue;
       if (!isTerminalRun(r.status.state) || r.status.endedAt === null) { keptActive++; continue; }
       if (Date.parse(r.status.endedAt) > cutoff) { keptRecent++; continue; }
-      if (!dryRun) await this.runs.remove(r);
       removed.push({ runId: id, endedAt: r.status.endedAt, dismissed: r.dismissed });
+      if (dryRun) continue;
+      // A branch is in the checkout of the machine that ran its step: that worker deletes it, from its own copy of
+      // the run (docs/scale-out.md, "Worktree isolation over Redis").
+      const isolated = r.status.steps.some((s) => s.changes || s.members?.some((m) => m.changes));
+      if (branches && isolated && r.worker !== null) {
+        await this.runs.redis.publish(channels.cleanup(r.record.pool), JSON.stringify({ runId: id, branches: true })).catch(() => 0);
+        branchesAsked++;
+      }
+      await this.runs.remove(r);
     }
-    return { removed, keptActive, keptRecent, dryRun };
+    return { removed, keptActive, keptRecent, dryRun, ...(branches ? { branchesAsked } : {}) };
   }
 
   /** A full run id, or the one run whose id starts with `arg`; RUN_NOT_FOUND or INVALID_INPUT (ambiguous) otherwise. */
