@@ -340,6 +340,8 @@ suite('queue, load sharing and faults', () => {
     const r = await s.call('launch', { agent: 'echo', task: 'x' });
     expect(r.isError).toBe(true);
     expect(textOf(r)).toMatch(/^BUSY: Redis could not/);
+    // The reason is the refused connection, answered at the first attempt that fails, not at the end of the bound.
+    expect(textOf(r)).toContain('the connection was refused (ECONNREFUSED)');
     expect(textOf(r)).not.toContain('s3cret-pw');
     expect(textOf(r)).not.toContain(String(redis.port));
     expect(s.stderr()).not.toContain('s3cret-pw');
