@@ -244,7 +244,9 @@ suite('launch → worker → completed through a real MCP server', () => {
     expect(c.isError, textOf(c)).toBeFalsy();
     const fin = await waitTerminal(s, runId, 30_000);
     expect(fin.state).toBe('cancelled');
-    await until(() => !fs.existsSync(`/proc/${pid}`) || /\) Z /.test(fs.readFileSync(`/proc/${pid}/stat`, 'utf8')), 10_000);
+    // Gone or a zombie; a process that exits between two looks is gone (its stat file then cannot be read).
+    const gone = () => { try { return /\) Z /.test(fs.readFileSync(`/proc/${pid}/stat`, 'utf8')); } catch { return true; } };
+    await until(gone, 30_000, 'the cancelled agent gone');
   }, 90_000);
 
   it('a run whose cwd is outside the worker\'s roots ends failed naming the worker and the path', async () => {
@@ -432,7 +434,7 @@ suite('draining, restarts and dead servers', () => {
     await waitState(s, runId, (st) => st === 'running');
     const exited = new Promise<number | null>((r) => w.child.once('exit', (code) => r(code)));
     w.child.kill('SIGTERM');
-    await until(() => w.log().includes('draining'), 10_000, 'the worker draining');
+    await until(() => w.log().includes('draining'), 30_000, 'the worker draining');
     const later = sc(await s.call('launch', { agent: 'echo', task: 'not for the draining worker' })).runId as string;
     fs.writeFileSync(path.join(t.base, 'drain-gate'), '');
     const fin = await waitTerminal(s, runId, 60_000);
@@ -564,7 +566,7 @@ suite('draining, restarts and dead servers', () => {
       expect(before.size).toBe(0); // every earlier run has ended
       const dying = await server({ SUBAGENTS_MAX_ACTIVE_RUNS: '1', SUBAGENTS_TEST_FAULT: 'server-after-accept' });
       await dying.call('launch', { agent: 'echo', task: 'lost' }).catch(() => null);
-      await until(async () => (await c.smembers(keys.active)).length > 0, 10_000, 'the orphan holding a slot');
+      await until(async () => (await c.smembers(keys.active)).length > 0, 30_000, 'the orphan holding a slot');
       orphan = (await c.smembers(keys.active))[0];
       // It is repaired only once older than the next server's handshake timeout (200 ms).
       const created = Date.parse(JSON.parse((await c.hget(keys.run(orphan!), 'record'))!).createdAt);
