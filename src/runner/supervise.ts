@@ -388,6 +388,7 @@ class Executor {
         spare: (p) => isNestedRunner(this.store, this.runId, st.key, p) || isOtherRunsRunner(this.store, p),
         onStarted: (agent) => {
           st.process = agent;
+          this.noteAgentStart(agent);
           // Not awaited here (the agent is already running), but before the step ends: nothing outlives its step.
           recorded.push(this.write().catch(() => {}), setAgentSlotProcess(this.ledger, slotKey, agent).catch(() => {}));
         },
@@ -480,9 +481,23 @@ class Executor {
     return watchForCancel({ store: this.store, runId: this.runId, onStop: (reason) => this.stop(reason), processSignals: this.host.processSignals });
   }
 
+  /**
+   * The earliest start (clock ticks) of an agent of this run: a carrier of the run's token descends from one, so
+   * started no earlier. The runner's own start is that bound too, but a warm runner that serves runs in turn started
+   * long before this run, and every process started since would have its environment read at each sweep.
+   */
+  private tokenSince: string | null = null;
+  private agentStartUnknown = false;
+
+  private noteAgentStart(agent: ProcessIdentity): void {
+    if (!/^\d+$/.test(agent.startTime)) this.agentStartUnknown = true;
+    else if (this.tokenSince === null || Number(agent.startTime) < Number(this.tokenSince)) this.tokenSince = agent.startTime;
+  }
+
   /** Every process of the run's group or carrying its token, except the runner itself: SIGTERM → grace → SIGKILL. */
   private async sweepLeftovers(): Promise<void> {
-    const find = () => findRunProcesses({ pgids: [this.me.pid], token: this.record.runToken, since: this.me.startTime, exclude: [process.pid] });
+    const since = this.agentStartUnknown || this.tokenSince === null ? this.me.startTime : this.tokenSince;
+    const find = () => findRunProcesses({ pgids: [this.me.pid], token: this.record.runToken, since, exclude: [process.pid] });
     const r = await terminateProcesses(find, this.record.killGraceMs);
     if (r.survivors.length) this.status.survivors = r.survivors.map((p) => ({ pid: p.pid, startTime: p.startTime }));
   }

@@ -73,8 +73,8 @@ export interface LeaveRunOptions {
 /**
  * The reverse of `adoptRun`, for a runner going back to the pool after its run ended: the run's environment, working
  * directory and command line go, and its stdout and stderr stop being the run's runner.log — the file they write to
- * is moved into the warm directory as its new boot log, the run gets a copy of it under its own name, and the file is
- * emptied (opened for appending: the next write starts at 0). False when the log could not be moved: the runner then
+ * gets a second name in the warm directory as its new boot log, a copy of it replaces it under the run's name (the
+ * run's log is never missing), and the file is emptied (opened for appending: the next write starts at 0). False when the log could not be moved: the runner then
  * exits rather than write into the ended run's log.
  */
 export function leaveRun(o: LeaveRunOptions): boolean {
@@ -85,7 +85,7 @@ export function leaveRun(o: LeaveRunOptions): boolean {
     const own = fs.fstatSync(2);
     const named = fs.statSync(o.runnerLog);
     if (own.ino !== named.ino || own.dev !== named.dev || fs.fstatSync(1).ino !== own.ino) return false;
-    fs.renameSync(o.runnerLog, o.bootLog);
+    fs.linkSync(o.runnerLog, o.bootLog);
     writeFileAtomic(o.runnerLog, fs.readFileSync(o.bootLog), { durable: false });
     fs.ftruncateSync(2, 0);
   } catch {

@@ -102,8 +102,9 @@ describe('warm runner reuse', () => {
     const cmd = fs.readFileSync(`/proc/${runner.pid}/cmdline`, 'latin1');
     expect(cmd).toContain(`--warm ${path.join(t!.home, 'warm')}`);
     expect(cmd).not.toContain(second);
-    const log = fs.readlinkSync(`/proc/${runner.pid}/fd/2`);
-    expect(path.dirname(log)).toBe(path.join(t!.home, 'warm'));
+    const idleEntry = readJson(path.join(t!.home, 'warm', `${runner.pid}-${runner.startTime}.idle`));
+    expect(fs.statSync(`/proc/${runner.pid}/fd/2`).ino).toBe(fs.statSync(path.join(t!.home, 'warm', idleEntry.log)).ino);
+    for (const id of [first, second]) expect(fs.statSync(path.join(runDir(id), 'runner.log')).ino).not.toBe(fs.statSync(`/proc/${runner.pid}/fd/2`).ino);
     for (const id of [first, second]) expect(fs.existsSync(path.join(runDir(id), 'runner.log'))).toBe(true);
     expect(fs.readlinkSync(`/proc/${runner.pid}/cwd`)).toBe(path.join(t!.home, 'warm'));
     expect(fs.readdirSync(path.join(t!.home, 'warm')).filter((n) => /\.(claim|taken|serving)$/.test(n))).toEqual([]);
