@@ -4,7 +4,6 @@
  */
 import fs from 'node:fs';
 import path from 'node:path';
-import { randomBytes } from 'node:crypto';
 import { writeFileAtomic } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
 import { WarmPoolFiles } from '../store/warm-pool.js';
@@ -83,7 +82,7 @@ async function serveFromPool(warmDir: string): Promise<number> {
     const left = run.clean && served < maxRuns && process.env.SUBAGENTS_TEST_FAULT === undefined ? await supervisor.leftFromRun(baseline) : null;
     if (left) process.stderr.write(`runner: not going back to the warm pool (${left}); exiting\n`);
     const again = left === '' && ownIdle(files, build, me) < (got.claim.pool?.size ?? 0);
-    bootLog = again ? files.bootLog(`boot-${me.pid}-${randomBytes(6).toString('hex')}`) : undefined;
+    bootLog = again ? files.bootLog(`boot-${me.pid}-${me.startTime.replace(/\W/g, '_')}-run${served}`) : undefined;
     if (!again || !leaveRun({ bootEnv, warmDir, runnerLog: paths.runnerLog, bootLog: bootLog! })) {
       files.endServing(got.key);
       return run.code;
