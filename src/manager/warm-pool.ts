@@ -104,8 +104,12 @@ export function claimWarmRunner(ctx: ManagerContext, runDir: string, env: Record
   return null;
 }
 
-/** A launch that called `claimWarmRunner` has its answer (either way): the pool refills once none is in flight. */
-export function warmLaunchSettled(ctx: ManagerContext): void {
+/**
+ * A launch that called `claimWarmRunner` has its answer (either way): the runner it claimed is no longer polled (its
+ * handshake is over), and the pool refills once none is in flight.
+ */
+export function warmLaunchSettled(ctx: ManagerContext, claimed: { child: DetachedChild } | null = null): void {
+  if (claimed) stopWatching(claimed.child);
   if (ctx.settings.warmRunners === 0) return;
   const state = stateOf(ctx);
   state.inFlight = Math.max(0, state.inFlight - 1);
@@ -116,6 +120,15 @@ export function warmLaunchSettled(ctx: ManagerContext): void {
 function stopIdle(id: ProcessIdentity): void {
   if (!isAlive(id)) return;
   try { process.kill(-id.pid, 'SIGKILL'); } catch { /* gone */ }
+}
+
+/** The liveness polls of claimed runners whose launch has not settled yet. */
+const polls = new WeakMap<DetachedChild, NodeJS.Timeout>();
+
+function stopWatching(child: DetachedChild): void {
+  const timer = polls.get(child);
+  if (timer) clearInterval(timer);
+  polls.delete(child);
 }
 
 function watched(id: ProcessIdentity, forMs: number): DetachedChild {
@@ -130,6 +143,7 @@ function watched(id: ProcessIdentity, forMs: number): DetachedChild {
     child.exited(null, null);
   }, LIVENESS_POLL_MS);
   timer.unref();
+  polls.set(child, timer);
   return child;
 }
 

@@ -8,7 +8,7 @@ import { writeFileAtomic } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
 import { WarmPoolFiles } from '../store/warm-pool.js';
 import { RunPaths } from '../store/layout.js';
-import { selfIdentity } from '../process/identity.js';
+import { isAlive, selfIdentity, type ProcessIdentity } from '../process/identity.js';
 import { waitUntil } from '../wait.js';
 import { claimStartQuickly } from './claim-start.js';
 import { adoptRun, awaitWarmClaim, leaveRun } from './warm-idle.js';
@@ -92,9 +92,9 @@ async function serveFromPool(warmDir: string): Promise<number> {
   }
 }
 
-/** Idle runners of this build in the pool other than this one (alive or not: a dead one is removed by the next claimant). */
-function ownIdle(files: WarmPoolFiles, build: string, me: { pid: number }): number {
-  return files.listIdle().filter((e) => e.build === build && e.pid !== me.pid).length;
+/** Live idle runners of this build in the pool other than this one. */
+function ownIdle(files: WarmPoolFiles, build: string, me: ProcessIdentity): number {
+  return files.listIdle().filter((e) => e.build === build && e.pid !== me.pid && isAlive(e)).length;
 }
 
 async function main(): Promise<number> {
