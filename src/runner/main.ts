@@ -84,6 +84,7 @@ async function serveFromPool(warmDir: string): Promise<number> {
     const again = left === '' && ownIdle(files, build, me) < (got.claim.pool?.size ?? 0);
     bootLog = again ? files.bootLog(`boot-${me.pid}-${me.startTime.replace(/\W/g, '_')}-run${served}`) : undefined;
     if (!again || !leaveRun({ bootEnv, warmDir, runnerLog: paths.runnerLog, bootLog: bootLog! })) {
+      if (bootLog) fs.rmSync(bootLog, { force: true }); // a log moved half-way: the run's own name keeps its copy
       files.endServing(got.key);
       return run.code;
     }
