@@ -1,4 +1,4 @@
-import { isAlive } from '../process/identity.js';
+import { isAlive, servesRun } from '../process/identity.js';
 import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/terminate.js';
 import { requestCancel, requestTreeCancel } from '../lifecycle/cancel-request.js';
 import { endRun } from '../lifecycle/run-lifecycle.js';
@@ -69,12 +69,12 @@ export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?:
       // Not awaited: deleting a large worktree must not hold up the answer (gc sweeps what an exit cuts short).
       if (term.survivors.length === 0) void removeStaleWorktrees(ctx, runId);
     }
-    // The runner exits right after recording the end (ledger release, last event): wait for that as well, within the
-    // same bound, so that an answer of "cancelled" means no process of the run is left.
+    // The runner exits right after recording the end (ledger release, last event), or goes back to the warm pool: wait
+    // for that as well, within the same bound, so that an answer of "cancelled" means no process of the run is left.
     const runner = s.runner;
     if (isTerminalRun(s.state) && runner) {
       const exitBy = Math.max(deadline, performance.now() + 1000);
-      while (isAlive(runner) && performance.now() < exitBy) await sleep(20);
+      while (servesRun(runner, paths.dir) && performance.now() < exitBy) await sleep(20);
     }
   }
   void serveQueue(ctx); // a slot this cancel freed (or that a lost runner held) goes to the queue's head

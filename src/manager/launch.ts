@@ -216,13 +216,14 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   const runPaths = created.paths;
   let started: RunStatus;
   let askedWarmPool = false;
+  let warm: ReturnType<typeof claimWarmRunner> = null;
   try {
     // A launch abandoned before its spawn (the server shutting down) starts no runner at all.
     if (o.signal.aborted) throw new HandshakeFailure('spawn', 'the launch was cancelled or the server is shutting down', null);
     const env = runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord), envFor);
     // A pre-booted idle runner when the home has one (manager/warm-pool.ts), else one booted for this run.
     askedWarmPool = true;
-    const warm = claimWarmRunner(ctx, runPaths.dir, env);
+    warm = claimWarmRunner(ctx, runPaths.dir, env);
     child = warm?.child
       ?? await spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env, logFile: runPaths.runnerLog });
     testFault(ctx, 'server-after-spawn');
@@ -260,7 +261,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     if (!nesting) void serveQueue(ctx); // the slot this launch gave back goes to the queue's head
     throw handshakeError(failure, runId);
   } finally {
-    if (askedWarmPool) warmLaunchSettled(ctx);
+    if (askedWarmPool) warmLaunchSettled(ctx, warm);
   }
   ctx.store.event(runId, { type: 'launched', runnerPid: runner.pid });
   return result(ctx, started, input.mode, reservation);

@@ -53,6 +53,7 @@ export function watchForCancel(o: CancelWatch): () => void {
     if (o.processSignals) {
       process.off('SIGTERM', onSignal);
       process.off('SIGINT', onSignal);
+      process.off('SIGHUP', ignore);
     }
   };
 }
