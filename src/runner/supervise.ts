@@ -30,6 +30,7 @@ import { isNestedRunner, isOtherRunsRunner, settleChildren } from './children.js
 import { NO_TEXT, once, publishRunOutput, substitute, type StepText } from './step-text.js';
 import { runAgentProcess } from './agent-process.js';
 import { readTail } from '../store/text-tail.js';
+import { DistributedLinkFile, readStateFile, type DistributedLink } from '../store/state-files.js';
 import { claimAgentSlot, releaseAgentSlot, setAgentSlotProcess } from '../lifecycle/agent-slots.js';
 import { newStepStatus } from '../store/step-status.js';
 import { boundedStepText, writeJoinedOutput } from './joined-output.js';
@@ -136,6 +137,7 @@ class Executor {
   private readonly specs: StepSpec[];
   private readonly abort = new AbortController();
   private stopReason: StopReason | null = null;
+  private link: DistributedLink | null | undefined;
   private readonly runId: string;
   private readonly worktrees: StepWorktrees;
 
@@ -444,9 +446,20 @@ class Executor {
     const secret = randomBytes(32).toString('base64url');
     const file = this.paths.budgetFile(createHash('sha256').update(secret).digest('hex'));
     ensurePrivateDir(this.paths.budgetDir);
+    // On a worker, the grant carries the run's Redis: the agent's nested server launches there, and the URL never
+    // enters the agent's environment (docs/scale-out.md, "Nested delegation"). The file is 0600 like every state file.
+    const redis = this.distributedLink();
     // Not fsynced: it is valid only while this step's agent lives, and no agent outlives a crash of the machine.
-    writeFileAtomic(file, JSON.stringify({ stepKey, at: new Date().toISOString() }), { durable: false });
+    writeFileAtomic(file, JSON.stringify({ stepKey, at: new Date().toISOString(), ...(redis ? { redis } : {}) }), { durable: false });
     return { secret, revoke: () => { try { fs.unlinkSync(file); } catch { /* gone */ } } };
+  }
+
+  /** The Redis of a worker's run (its launch wrote it before this runner started), or null for a local run. */
+  private distributedLink(): DistributedLink | null {
+    if (this.link === undefined) {
+      try { this.link = readStateFile<DistributedLink>(this.paths.distributedLink, DistributedLinkFile); } catch { this.link = null; }
+    }
+    return this.link;
   }
 
   private stop(reason: StopReason): void {

@@ -74,4 +74,9 @@ export class RunPaths {
   /** Hashes of the nesting secrets (SUBAGENTS_BUDGET) of running steps; a file exists only while its step runs. */
   get budgetDir(): string { return path.join(this.dir, 'budget'); }
   budgetFile(secretHash: string): string { return path.join(this.budgetDir, `${secretHash}.json`); }
+  /**
+   * A worker's run only (docs/scale-out.md, "Nested delegation"): the Redis its nested servers use, read by the runner
+   * into each step's budget file. 0600, removed when the run ends; never in an environment.
+   */
+  get distributedLink(): string { return path.join(this.dir, 'distributed-link.json'); }
 }

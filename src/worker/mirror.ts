@@ -6,7 +6,8 @@
 import fs from 'node:fs';
 import type { ManagerContext } from '../manager/context.js';
 import type { RedisRuns } from '../store/redis/run-store.js';
-import { isTerminalRun, type RunStatus, type StepStatus } from '../store/run-types.js';
+import { isTerminalRun, isTerminalStep, type RunStatus, type StepStatus } from '../store/run-types.js';
+import type { TreeCancelReason } from '../manager/distributed/tree.js';
 import { DirWatch } from '../wait.js';
 
 export interface MirrorTarget {
@@ -18,7 +19,15 @@ export interface MirrorTarget {
   localRunId: string;
   worker: { id: string; host: string };
   capBytes: number;
+  /**
+   * Ends the run's nested runs (of one step, when given) that are still active; with `wait`, resolves once they have
+   * ended (bounded). Called when a step ends, and before the run's end is recorded (docs/scale-out.md, "Nested delegation").
+   */
+  endChildren: (o: { reason: TreeCancelReason; stepKey?: string; wait: boolean }) => Promise<number>;
 }
+
+/** Local mode's reason (src/runner/supervise.ts): a cancel of the tree stays a cancel, any other end is the parent's. */
+const childReason = (code: string | undefined): TreeCancelReason => (code === 'CANCELLED' ? 'CANCELLED' : 'PARENT_ENDED');
 
 /** Bytes of `file` from `offset` on (at most 1 MiB a call); empty when there are none. */
 function readFrom(file: string, offset: number): Buffer {
@@ -73,6 +82,7 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
       }
     }
   };
+  const settled = new Set<string>();
   const watch = new DirWatch([paths.dir, paths.outDir]);
   try {
     for (;;) {
@@ -80,8 +90,16 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
       const local = t.local.store.readStatus(t.localRunId);
       if (local) {
         await copyOutputs(local);
-        const mirrored = translate(local, t.runId, t.worker.host);
+        let mirrored = translate(local, t.runId, t.worker.host);
+        for (const st of leaves(local.steps)) {
+          if (!isTerminalStep(st.state) || st.startedAt === null || settled.has(st.key)) continue;
+          settled.add(st.key);
+          void t.endChildren({ reason: childReason(st.error?.code), stepKey: st.key, wait: false }).catch(() => {});
+        }
         if (isTerminalRun(local.state)) {
+          // The run ends only once its nested runs have: a root holds its slot until its whole tree has ended.
+          const reason = childReason(local.error?.code);
+          const waited = await t.endChildren({ reason, wait: true }).catch(() => 0);
           for (const st of leaves(local.steps)) {
             if (st.state === 'failed') await t.runs.appendOutput(t.runId, `${st.key}.err`, tail(paths.stderr(st.key), 512), 512);
           }
@@ -89,7 +107,15 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
           // A run that started and ended while Redis was away never had a running status mirrored: its worker is
           // recorded here, so the record always says who ran it (docs/scale-out.md, "What lives in Redis").
           await t.runs.recordHolder(t.runId, fields);
+          if (waited > 0) {
+            // It ended when the last of its nested runs did, not when its own runner did.
+            const now = new Date().toISOString();
+            mirrored = { ...mirrored, endedAt: now, updatedAt: now };
+          }
           await t.runs.endRun(mirrored);
+          // A nested launch accepted while the wait above read the children is refused from now on (its parent
+          // has ended, in the same script); one accepted just before is asked here.
+          await t.endChildren({ reason, wait: false }).catch(() => {});
           await t.runs.event(t.runId, { type: 'ended', state: local.state, worker: t.worker.id, host: t.worker.host }).catch(() => {});
           return mirrored;
         }

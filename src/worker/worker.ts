@@ -5,6 +5,7 @@
  * ends failed/RUNNER_LOST. SIGTERM drains: no new jobs, running ones finish within the drain timeout, the rest are
  * cancelled.
  */
+import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -20,6 +21,8 @@ import { channels, queueName } from '../store/redis/keys.js';
 import { RedisRuns } from '../store/redis/run-store.js';
 import { isTerminalRun } from '../store/run-types.js';
 import { endedStatus } from '../manager/distributed/view.js';
+import { endChildren, parseCancelMessage, type TreeCancelReason } from '../manager/distributed/tree.js';
+import { JobQueue } from '../store/redis/job-queue.js';
 import { localContext, workerHome } from './local-context.js';
 import { mirrorRun } from './mirror.js';
 
@@ -32,10 +35,12 @@ export interface WorkerOptions {
 
 /** Steps' output kept in Redis per step when SUBAGENTS_MAX_OUTPUT_BYTES is not set (docs/scale-out.md). */
 const DEFAULT_REDIS_OUTPUT_BYTES = 16 * 1024 * 1024;
+/** Beyond the kill grace, how long a run's end waits for its nested runs on other workers to end. */
+const CHILDREN_END_MARGIN_MS = 10_000;
 /** How long a job waits before it is offered again when its run has no slot yet. */
 const RETRY_START_MS = 250;
 
-interface Held { local: string | null; cancelled: boolean }
+interface Held { local: string | null; cancelled: boolean; reason: TreeCancelReason }
 
 const inside = (p: string, root: string) => p === root || p.startsWith(root.endsWith(path.sep) ? root : root + path.sep);
 
@@ -48,15 +53,18 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
   const local = localContext(settings, home, roots, log);
   const capBytes = settings.sources.maxOutputBytes === 'default' ? DEFAULT_REDIS_OUTPUT_BYTES : settings.maxOutputBytes;
   const runs = new RedisRuns(connect(url, { name: 'subagents-worker' }));
+  // Removes the jobs of nested runs no worker has taken yet when their parent ends (../manager/distributed/tree.ts).
+  const queue = new JobQueue(url, settings.pool);
   const sub = connect(url, { blocking: true, name: 'subagents-worker-cancel' });
   const held = new Map<string, Held>();
   const me = { id, host };
 
-  const cancelLocal = (runId: string) => {
+  const cancelLocal = (runId: string, reason: TreeCancelReason = 'CANCELLED') => {
     const h = held.get(runId);
     if (!h) return;
+    if (!h.cancelled) h.reason = reason;
     h.cancelled = true;
-    if (h.local) void cancelRun(local, h.local).catch((e) => log(`cancel of ${runId} failed: ${(e as Error).message}`));
+    if (h.local) void cancelRun(local, h.local, undefined, h.reason).catch((e) => log(`cancel of ${runId} failed: ${(e as Error).message}`));
   };
   // An append for a run this worker holds: its local runner takes it; the answer goes back on the request's channel.
   const appendLocal = async (text: string) => {
@@ -77,7 +85,7 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
   };
   const cancelChannel = channels.cancel(settings.pool);
   sub.on('message', (channel: string, message: string) => {
-    if (channel === cancelChannel) cancelLocal(message);
+    if (channel === cancelChannel) { const m = parseCancelMessage(message); cancelLocal(m.runId, m.reason); }
     else void appendLocal(message);
   });
   await sub.subscribe(cancelChannel, channels.append(settings.pool));
@@ -94,34 +102,41 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
       await fail(job.runId, `worker ${host} (${id}) does not serve ${cwd.slice(0, 200)}: its roots are ${roots.join(', ') || '(none)'}; start a worker with --root covering it in pool ${settings.pool}.`);
       return 'refused';
     }
-    const h: Held = { local: null, cancelled: false };
+    const h: Held = { local: null, cancelled: false, reason: 'CANCELLED' };
     held.set(job.runId, h);
+    let linkFile: string | null = null;
     try {
       let started;
       try {
-        started = await launch(local, input, { signal: new AbortController().signal });
+        // The run's runner hands this Redis to its agents' nested servers through their steps' 0600 budget files
+        // (docs/scale-out.md, "Nested delegation"); it is in no environment.
+        started = await launch(local, input, { signal: new AbortController().signal, distributedLink: { url, pool: settings.pool, runId: job.runId } });
       } catch (e) {
         const why = isSubagentError(e) ? e.text : 'the local launch failed';
         await fail(job.runId, `on worker ${host} (${id}): ${why.slice(0, 400)}`);
         return 'refused';
       }
       h.local = started.runId;
+      linkFile = local.store.paths(started.runId).distributedLink;
       await runs.event(job.runId, { type: 'started', worker: id, host }).catch(() => {});
-      if (h.cancelled) cancelLocal(job.runId);
+      if (h.cancelled) cancelLocal(job.runId, h.reason);
       const end = await mirrorRun({
         runs, local, runId: job.runId, localRunId: started.runId, worker: me, capBytes,
         onEndedElsewhere: () => { if (!h.cancelled) cancelLocal(job.runId); },
+        // Nested runs end with the step that launched them, and the run's end waits for them (docs/scale-out.md).
+        endChildren: (o) => endChildren(runs, queue, job.runId, { ...o, maxMs: o.wait ? settings.killGraceMs + CHILDREN_END_MARGIN_MS : 0 }),
       });
       return end.state;
     } finally {
       held.delete(job.runId);
+      if (linkFile) fs.rmSync(linkFile, { force: true });
     }
   };
 
   const jobsConnection = connect(url, { blocking: true, name: 'subagents-worker-jobs' });
   const worker = new Worker(queueName(settings.pool), async (job: Job, token?: string) => {
     const data = job.data as LaunchJob;
-    const go = await runs.startRun(data.runId, data.limit, data.agentSlots, data.maxAgents);
+    const go = await runs.startRun(data.runId, data.limit, data.agentSlots, data.maxAgents, data.nested === true);
     if (go === -1) return 'ended';
     if (go === 0) {
       // No slot yet (or not this run's turn): offered again shortly, to this worker or another.
@@ -144,6 +159,7 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
       const run = await runs.read(job.id!);
       if (!run || isTerminalRun(run.status.state)) return;
       await runs.endRun(endedStatus(run.status, 'failed', { code: 'RUNNER_LOST', message: `worker ${run.host ?? '?'} (${run.worker ?? '?'}) stopped holding the run; it is never run again.` }));
+      await endChildren(runs, queue, run.record.runId, { reason: 'PARENT_ENDED', maxMs: 0 });
     })().catch(() => {});
   });
   worker.on('error', (e) => log(`queue error: ${(e as Error).message.replace(url, redactRedisUrl(url))}`));
@@ -169,6 +185,7 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
       await runs.forgetWorker(id).catch(() => {});
       sub.disconnect();
       jobsConnection.disconnect();
+      await queue.close();
       runs.redis.disconnect();
       log('stopped');
       resolve(0);

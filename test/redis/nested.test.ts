@@ -1,0 +1,263 @@
+/**
+ * Nested delegation in distributed mode (docs/scale-out.md, "Nested delegation"): an agent on a worker starts its own
+ * MCP server (the delegating fixture agent), which finds the run's Redis in its step's 0600 budget file and launches
+ * there. One private redis-server for the file, with a password (the secret the URL carries: it must show nowhere),
+ * two real workers with their own temp state homes, one real MCP server. Every wait is bounded and waits for a
+ * condition, never for a time.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import fs from 'node:fs';
+import path from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { connect } from '../../src/store/redis/connection.js';
+import { keys } from '../../src/store/redis/keys.js';
+import type { ScriptedRedis } from '../../src/store/redis/scripts.js';
+import { listProcesses } from '../../src/process/identity.js';
+import { FIXTURE_AGENTS, MAIN_JS } from '../helpers/paths.js';
+import { REDIS_SERVER, startRedis, type RedisInstance } from '../helpers/redis-server.js';
+import { sc, startServer, textOf, waitTerminal, type Started } from '../helpers/server.js';
+import { tempStateHome, writeAgent } from '../helpers/state-home.js';
+import { skipWithout } from '../helpers/system-tools.js';
+
+const skipped = skipWithout('redis-server', REDIS_SERVER !== null);
+const suite = skipped ? describe.skip : describe;
+
+const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
+const DELEGATE = path.join(FIXTURE_AGENTS, 'delegating-agent.mjs');
+/** Long enough that a loaded CI machine never misses a job lock renewal. */
+const STALL_MS = '10000';
+const TERMINAL = ['completed', 'failed', 'cancelled'];
+
+interface WorkerProc { child: ChildProcess; home: string; log: () => string; id: () => string | null }
+
+let redis: RedisInstance;
+/** The Redis password: the secret part of the URL, which must appear in no agent's environment, log or event. */
+const secret = `pw-${randomBytes(12).toString('hex')}`;
+let url: string;
+let t: ReturnType<typeof tempStateHome>;
+let admin: ScriptedRedis;
+const workers: WorkerProc[] = [];
+const servers: Started[] = [];
+
+async function until(cond: () => boolean | Promise<boolean>, maxMs: number, what: string): Promise<void> {
+  const end = performance.now() + maxMs;
+  while (performance.now() < end) {
+    if (await cond()) return;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  if (!(await cond())) throw new Error(`${what} did not hold within ${maxMs} ms`);
+}
+
+async function startWorker(name: string): Promise<WorkerProc> {
+  const home = path.join(t.base, `worker-${name}`);
+  fs.mkdirSync(home, { mode: 0o700 });
+  const dir = path.join(home, 'agents');
+  writeAgent(dir, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
+  writeAgent(dir, 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
+  writeAgent(dir, 'delegate', { backend: 'command', command: ['node', DELEGATE, 'delegate'] });
+  let out = '';
+  // The URL reaches the worker through its environment (as docs/scale-out.md advises), not its argv.
+  const child = spawn(process.execPath, [MAIN_JS, 'worker', '--home', home, '--concurrency', '2', '--root', t.root], {
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, SUBAGENTS_REDIS_URL: url, SUBAGENTS_STALL_INTERVAL_MS: STALL_MS, SUBAGENTS_KILL_GRACE_MS: '1000' },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  child.stderr!.on('data', (c: Buffer) => { out += c.toString(); });
+  const w: WorkerProc = { child, home, log: () => out, id: () => /worker (w-[\w-]+) on/.exec(out)?.[1] ?? null };
+  workers.push(w);
+  await until(() => w.id() !== null || child.exitCode !== null, 20_000, 'the worker\'s start');
+  if (!w.id()) throw new Error(`worker did not start: ${out}`);
+  return w;
+}
+
+async function server(extra: Record<string, string> = {}): Promise<Started> {
+  const home = path.join(t.base, `server-${servers.length}`);
+  fs.mkdirSync(home, { mode: 0o700 });
+  const s = await startServer({ SUBAGENTS_HOME: home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_REDIS_URL: url, SUBAGENTS_STALL_INTERVAL_MS: STALL_MS, ...extra });
+  servers.push(s);
+  return s;
+}
+
+async function stored(runId: string): Promise<{ record: Record<string, any>; status: Record<string, any>; worker: string | null }> {
+  const h = await admin.hgetall(keys.run(runId));
+  return { record: JSON.parse(h.record!), status: JSON.parse(h.status!), worker: h.worker ?? null };
+}
+
+/** Waits until the delegating agent wrote its launch results (plan.resultsFile); returns them. */
+async function resultsOf(file: string): Promise<Array<{ isError: boolean; text: string; structured: any }>> {
+  await until(() => fs.existsSync(file), 60_000, 'the delegating agent\'s launch results');
+  return JSON.parse(fs.readFileSync(file, 'utf8'));
+}
+
+function readProc(pid: number, what: 'environ' | 'cmdline'): string {
+  try { return fs.readFileSync(`/proc/${pid}/${what}`, 'utf8'); } catch { return ''; }
+}
+
+beforeAll(async () => {
+  if (skipped) return;
+  redis = await startRedis();
+  admin = connect(redis.url, { blocking: true });
+  await admin.config('SET', 'requirepass', secret);
+  admin.disconnect();
+  url = `redis://:${secret}@127.0.0.1:${redis.port}`;
+  admin = connect(url, { blocking: true });
+  t = tempStateHome('sa-redis-nested-');
+  await startWorker('a');
+  await startWorker('b');
+}, 60_000);
+
+afterAll(async () => {
+  for (const s of servers) await s.close();
+  for (const w of workers) {
+    if (w.child.exitCode !== null || w.child.signalCode !== null) continue;
+    const exited = new Promise((r) => w.child.once('exit', r));
+    w.child.kill('SIGKILL');
+    await exited;
+  }
+  admin?.disconnect();
+  await redis?.stop();
+  t?.cleanup();
+}, 30_000);
+
+suite('nested delegation from an agent on a worker goes through the same Redis', () => {
+  it('the nested run is recorded in Redis with its parent, runs on a worker, completes, and is the parent step\'s child; the URL is in no agent\'s environment', async () => {
+    const s = await server();
+    const ready = path.join(t.base, 'ready-1');
+    const go = path.join(t.base, 'go-1');
+    const plan = { readyFile: ready, goFile: go, launches: [{ agent: 'echo', task: 'from the nested run' }], wait: true };
+    const l = await s.call('launch', { agent: 'delegate', task: JSON.stringify(plan) });
+    expect(l.isError, textOf(l)).toBeFalsy();
+    const rootId = sc(l).runId as string;
+
+    // While the agent and its nested server live: neither has the URL or its password in its environment or argv.
+    await until(() => fs.existsSync(ready) && fs.readFileSync(ready, 'utf8') !== '', 60_000, 'the delegating agent\'s nested server');
+    const agentPid = Number(fs.readFileSync(ready, 'utf8'));
+    const nestedServers = listProcesses().filter((p) => p.ppid === agentPid).map((p) => p.pid);
+    expect(nestedServers.length).toBeGreaterThan(0);
+    for (const pid of [agentPid, ...nestedServers]) {
+      const environ = readProc(pid, 'environ');
+      expect(environ).toContain('SUBAGENTS_BUDGET=');
+      expect(environ).not.toContain(secret);
+      expect(environ).not.toContain('SUBAGENTS_REDIS_URL');
+      expect(readProc(pid, 'cmdline')).not.toContain(secret);
+    }
+    fs.writeFileSync(go, '');
+
+    const fin = await waitTerminal(s, rootId, 90_000);
+    expect(fin.state, JSON.stringify(fin.error)).toBe('completed');
+    const rep = JSON.parse(fin.output.text) as { env: Record<string, string>; results: Array<{ isError: boolean; text: string; structured: any }>; finals: any[] };
+    expect(rep.results.map((r) => r.isError), JSON.stringify(rep.results)).toEqual([false]);
+    const childId = rep.results[0]!.structured.runId as string;
+    expect(rep.finals[0].state).toBe('completed');
+    expect(rep.finals[0].output.text).toBe('from the nested run');
+    // Charged to the tree (root 1 + nested 1), not to the active-run capacity.
+    expect(rep.results[0]!.structured.fanout.used).toBe(2);
+    expect(Object.keys(rep.env)).not.toContain('SUBAGENTS_REDIS_URL');
+    expect(JSON.stringify(rep.env)).not.toContain(secret);
+
+    // In Redis: the child names its parent, root, step and depth, and a worker ran it; the parent's step lists it.
+    const child = await stored(childId);
+    expect(child.record).toMatchObject({ parentRunId: rootId, rootRunId: rootId, parentStepKey: '0', depth: 1 });
+    expect(child.status.state).toBe('completed');
+    expect(workers.map((w) => w.id())).toContain(child.worker);
+    expect(await admin.sismember(keys.active, childId)).toBe(0);
+    expect(fin.steps[0].children).toEqual([childId]);
+    expect(fin.fanout.used).toBe(2);
+    // The root's session sees its tree: the nested run's status and output through the top-level server.
+    const cs = await s.call('status', { runId: childId });
+    expect(cs.isError, textOf(cs)).toBeFalsy();
+    expect(sc(cs).state).toBe('completed');
+    expect(sc(cs).output.text).toBe('from the nested run');
+
+    // Nowhere in what the workers and the server logged, nor in the runs' events and statuses in Redis.
+    for (const w of workers) expect(w.log()).not.toContain(secret);
+    expect(s.stderr()).not.toContain(secret);
+    for (const id of [rootId, childId]) {
+      expect(JSON.stringify(await admin.hgetall(keys.run(id)))).not.toContain(secret);
+      expect((await admin.lrange(keys.events(id), 0, -1)).join('\n')).not.toContain(secret);
+    }
+    // Nor left on the workers' disks once the runs ended: the run's link file goes with its end.
+    for (const w of workers) {
+      const found = fs.readdirSync(path.join(w.home, 'runs')).filter((d) => fs.existsSync(path.join(w.home, 'runs', d, 'distributed-link.json')));
+      expect(found).toEqual([]);
+    }
+    // Every slot and agent slot is back.
+    await until(async () => (await admin.scard(keys.active)) === 0 && Number((await admin.get(keys.agentsTotal)) ?? 0) === 0, 20_000, 'every slot returned');
+  }, 150_000);
+
+  it('the tree\'s fan-out budget and depth limit are enforced in Redis and refuse the nested launch with their codes', async () => {
+    // Root 1 + two nested launches of 1 each at once, in a budget of 2: exactly one is admitted.
+    const s = await server({ SUBAGENTS_MAX_SPAWNS_PER_RUN: '2' });
+    const plan = { launches: [{ agent: 'echo', task: 'a' }, { agent: 'echo', task: 'b' }], wait: true };
+    const fin = await waitTerminal(s, sc(await s.call('launch', { agent: 'delegate', task: JSON.stringify(plan) })).runId, 90_000);
+    expect(fin.state, JSON.stringify(fin.error)).toBe('completed');
+    const rep = JSON.parse(fin.output.text) as { results: Array<{ isError: boolean; text: string; structured: any }> };
+    const refused = rep.results.filter((r) => r.isError);
+    expect(refused, JSON.stringify(rep.results)).toHaveLength(1);
+    expect(refused[0]!.text).toMatch(/^FANOUT_EXHAUSTED/);
+    expect(refused[0]!.text).toContain('SUBAGENTS_MAX_SPAWNS_PER_RUN');
+    expect(fin.steps[0].children).toHaveLength(1);
+    expect(Number(await admin.get(keys.fanout(fin.runId)))).toBe(2);
+
+    // A tree limited to depth 1: its agent (depth 1) may not delegate at all.
+    const shallow = await server({ SUBAGENTS_MAX_DEPTH: '1' });
+    const one = { launches: [{ agent: 'echo', task: 'too deep' }] };
+    const fin2 = await waitTerminal(shallow, sc(await shallow.call('launch', { agent: 'delegate', task: JSON.stringify(one) })).runId, 90_000);
+    const rep2 = JSON.parse(fin2.output.text) as { results: Array<{ isError: boolean; text: string }> };
+    expect(rep2.results[0]!.isError).toBe(true);
+    expect(rep2.results[0]!.text).toMatch(/^DEPTH_EXCEEDED/);
+    expect(fin2.steps[0].children).toEqual([]);
+  }, 150_000);
+
+  it('a nested run still active when its launching agent exits ends PARENT_ENDED on its worker, before the parent run ends', async () => {
+    const s = await server();
+    const results = path.join(t.base, 'results-3');
+    const hold = path.join(t.base, 'hold-3');
+    const plan = { launches: [{ agent: 'sleeper', task: 'outlive my parent' }], resultsFile: results, holdFile: hold };
+    const rootId = sc(await s.call('launch', { agent: 'delegate', task: JSON.stringify(plan) })).runId as string;
+    const launched = await resultsOf(results);
+    expect(launched[0]!.isError, launched[0]!.text).toBe(false);
+    const childId = launched[0]!.structured.runId as string;
+    // The nested run is running on a worker (its agent has a pid there) before its parent's agent exits.
+    let agentPid = 0;
+    await until(async () => {
+      const st = sc(await s.call('status', { runId: childId }));
+      agentPid = st.steps[0]?.pid ?? 0;
+      return st.state === 'running' && agentPid > 0;
+    }, 60_000, 'the nested run running on a worker');
+    fs.writeFileSync(hold, '');
+    const child = await waitTerminal(s, childId, 60_000);
+    expect(child.state).toBe('cancelled');
+    expect(child.error.code).toBe('PARENT_ENDED');
+    const root = await waitTerminal(s, rootId, 60_000);
+    expect(root.state).toBe('completed');
+    // The parent's end was recorded only once its nested run had ended (a root holds its slot for its whole tree).
+    expect(Date.parse(root.endedAt)).toBeGreaterThanOrEqual(Date.parse(child.endedAt));
+    await until(() => !readProc(agentPid, 'cmdline').includes('60000'), 30_000, 'the nested run\'s agent gone');
+  }, 150_000);
+
+  it('cancel of the root cascades to its nested runs wherever they run, and their agents stop', async () => {
+    const s = await server();
+    const results = path.join(t.base, 'results-4');
+    const plan = { launches: [{ agent: 'sleeper', task: 'cancel me with my root' }], resultsFile: results, holdFile: path.join(t.base, 'never') };
+    const rootId = sc(await s.call('launch', { agent: 'delegate', task: JSON.stringify(plan) })).runId as string;
+    const launched = await resultsOf(results);
+    expect(launched[0]!.isError, launched[0]!.text).toBe(false);
+    const childId = launched[0]!.structured.runId as string;
+    let agentPid = 0;
+    await until(async () => {
+      const st = sc(await s.call('status', { runId: childId }));
+      agentPid = st.steps[0]?.pid ?? 0;
+      return st.state === 'running' && agentPid > 0;
+    }, 60_000, 'the nested run running on a worker');
+    const c = await s.call('cancel', { runId: rootId });
+    expect(c.isError, textOf(c)).toBeFalsy();
+    expect(sc(c).state).toBe('cancelled');
+    const child = await waitTerminal(s, childId, 60_000);
+    // As in local mode, a cancel of the tree cancels each run of it (docs/contract.md, "cancel").
+    expect(child.state).toBe('cancelled');
+    expect(child.error.code).toBe('CANCELLED');
+    await until(() => !readProc(agentPid, 'cmdline').includes('60000'), 30_000, 'the nested run\'s agent gone');
+    await until(async () => (await admin.scard(keys.active)) === 0 && Number((await admin.get(keys.agentsTotal)) ?? 0) === 0, 30_000, 'every slot returned');
+  }, 150_000);
+});
