@@ -13,6 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { connect } from '../../src/store/redis/connection.js';
 import { keys } from '../../src/store/redis/keys.js';
 import type { ScriptedRedis } from '../../src/store/redis/scripts.js';
+import { RedisRuns } from '../../src/store/redis/run-store.js';
 import { listProcesses } from '../../src/process/identity.js';
 import { FIXTURE_AGENTS, MAIN_JS } from '../helpers/paths.js';
 import { REDIS_SERVER, startRedis, type RedisInstance } from '../helpers/redis-server.js';
@@ -260,4 +261,58 @@ suite('nested delegation from an agent on a worker goes through the same Redis',
     await until(() => !readProc(agentPid, 'cmdline').includes('60000'), 30_000, 'the nested run\'s agent gone');
     await until(async () => (await admin.scard(keys.active)) === 0 && Number((await admin.get(keys.agentsTotal)) ?? 0) === 0, 30_000, 'every slot returned');
   }, 150_000);
+});
+
+suite('nested launches are counted exactly in Redis (Lua), whichever server sends them', () => {
+  it('two clients racing 100 times for the tree\'s last fan-out claim (and 50 for the last agent slot): exactly one wins each time', async () => {
+    // Two connections stand in for two nested servers on two workers: the script runs alone in Redis.
+    const a = new RedisRuns(connect(url, { blocking: true }));
+    const b = new RedisRuns(connect(url, { blocking: true }));
+    const parent = 'r-raceparent';
+    const record = (runId: string, maxSpawns: number) => ({
+      v: 1 as const, runId, sessionId: 's-nested-race', pool: 'race', mode: 'single' as const, cwd: '/', label: null,
+      createdAt: new Date().toISOString(), agents: ['echo'], limits: { maxSpawns, maxDepth: 3 }, claims: 1, agentSlots: 1,
+      queueDeadline: Number.MAX_SAFE_INTEGER, depth: 1, rootRunId: parent, parentRunId: parent, parentStepKey: '0', maxAgents: 64,
+    });
+    const status = (runId: string) => ({ v: 1 as const, runId, state: 'starting' as const, error: null, startedAt: null, endedAt: null, updatedAt: new Date().toISOString(), runner: null, steps: [], appendsTaken: 0, survivors: [] });
+    const admitted: string[] = [];
+    try {
+      await admin.hset(keys.run(parent), 'state', 'running');
+      for (let i = 0; i < 100; i++) {
+        await admin.set(keys.fanout(parent), 4);
+        const ids = [`r-nrace${i}a`, `r-nrace${i}b`];
+        const results = await Promise.all([a.claimNested(record(ids[0]!, 5), status(ids[0]!), 's-root', { maxAgents: 64 }), b.claimNested(record(ids[1]!, 5), status(ids[1]!), 's-root', { maxAgents: 64 })]);
+        expect(results.map((r) => r.outcome).sort()).toEqual(['ADMITTED', 'FANOUT']);
+        expect(await admin.get(keys.fanout(parent))).toBe('5');
+        // Ended at once: its agent slot comes back (the budget's claim stays, as a started agent's does).
+        const won = ids[results[0]!.outcome === 'ADMITTED' ? 0 : 1]!;
+        admitted.push(won);
+        const run = await a.read(won);
+        await a.endRun({ ...run!.status, state: 'cancelled', endedAt: new Date().toISOString() });
+      }
+      // Agent slots: the pool's last one, with budget to spare.
+      const before = Number((await admin.get(keys.agentsTotal)) ?? 0);
+      for (let i = 0; i < 50; i++) {
+        const ids = [`r-nslot${i}a`, `r-nslot${i}b`];
+        const results = await Promise.all([a.claimNested(record(ids[0]!, 1000), status(ids[0]!), 's-root', { maxAgents: before + 1 }), b.claimNested(record(ids[1]!, 1000), status(ids[1]!), 's-root', { maxAgents: before + 1 })]);
+        expect(results.map((r) => r.outcome).sort()).toEqual(['ADMITTED', 'AGENTS']);
+        const won = ids[results[0]!.outcome === 'ADMITTED' ? 0 : 1]!;
+        expect(Number(await admin.get(keys.agentsTotal))).toBe(before + 1);
+        const run = await a.read(won);
+        await a.endRun({ ...run!.status, state: 'cancelled', endedAt: new Date().toISOString() });
+        expect(Number(await admin.get(keys.agentsTotal))).toBe(before);
+      }
+      // A parent that has ended takes no more nested runs.
+      await admin.hset(keys.run(parent), 'state', 'completed');
+      expect((await a.claimNested(record('r-nrace-late', 1000), status('r-nrace-late'), 's-root', { maxAgents: 1000 })).outcome).toBe('PARENT_ENDED');
+      expect(Object.keys(await admin.hgetall(keys.children(parent))).length).toBe(150);
+    } finally {
+      for (const id of admitted) {
+        const run = await a.read(id);
+        if (run) await a.endRun({ ...run.status, state: 'cancelled', endedAt: new Date().toISOString() });
+      }
+      a.redis.disconnect();
+      b.redis.disconnect();
+    }
+  }, 60_000);
 });
