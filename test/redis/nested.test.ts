@@ -186,6 +186,35 @@ suite('nested delegation from an agent on a worker goes through the same Redis',
     await until(async () => (await admin.scard(keys.active)) === 0 && Number((await admin.get(keys.agentsTotal)) ?? 0) === 0, 20_000, 'every slot returned');
   }, 150_000);
 
+  it('a tree three levels deep: a nested run on a worker delegates again, through the same Redis, one level deeper', async () => {
+    const s = await server();
+    const inner = { launches: [{ agent: 'echo', task: 'from the grandchild' }], wait: true };
+    const plan = { launches: [{ agent: 'delegate', task: JSON.stringify(inner) }], wait: true };
+    const fin = await waitTerminal(s, sc(await s.call('launch', { agent: 'delegate', task: JSON.stringify(plan) })).runId, 120_000);
+    expect(fin.state, JSON.stringify(fin.error)).toBe('completed');
+    // Whole reports (status inlines a bounded head and tail): the output resources, from Redis.
+    const outputOf = async (runId: string) => ((await s.client.readResource({ uri: `subagents://runs/${runId}/output` })).contents[0] as { text: string }).text;
+    const rep = JSON.parse(await outputOf(fin.runId)) as { results: Array<{ isError: boolean; text: string; structured: any }> };
+    expect(rep.results[0]!.isError, rep.results[0]!.text).toBe(false);
+    const childId = rep.results[0]!.structured.runId as string;
+    const child = await waitTerminal(s, childId, 30_000);
+    expect(child.state).toBe('completed');
+    const childRep = JSON.parse(await outputOf(childId)) as { results: Array<{ isError: boolean; text: string; structured: any }>; finals: any[] };
+    expect(childRep.results[0]!.isError, childRep.results[0]!.text).toBe(false);
+    const grandId = childRep.results[0]!.structured.runId as string;
+    expect(childRep.finals[0].output.text).toBe('from the grandchild');
+    expect(child.steps[0].children).toEqual([grandId]);
+    expect(fin.steps[0].children).toEqual([childId]);
+    const grand = await stored(grandId);
+    expect(grand.record).toMatchObject({ parentRunId: childId, rootRunId: fin.runId, depth: 2 });
+    // One budget for the whole tree: three agents started, claimed from the root's.
+    expect(Number(await admin.get(keys.fanout(fin.runId)))).toBe(3);
+    expect(fin.fanout.used).toBe(3);
+    // The root's session sees the grandchild too (nested under its own run).
+    expect(sc(await s.call('status', { runId: grandId })).state).toBe('completed');
+    await until(async () => (await admin.scard(keys.active)) === 0 && Number((await admin.get(keys.agentsTotal)) ?? 0) === 0, 20_000, 'every slot returned');
+  }, 180_000);
+
   it('the tree\'s fan-out budget and depth limit are enforced in Redis and refuse the nested launch with their codes', async () => {
     // Root 1 + two nested launches of 1 each at once, in a budget of 2: exactly one is admitted.
     const s = await server({ SUBAGENTS_MAX_SPAWNS_PER_RUN: '2' });
