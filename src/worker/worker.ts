@@ -153,15 +153,18 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
   });
   // A job this worker's stall check failed: its worker died. The run ends RUNNER_LOST (servers do the same on their
   // next look, whichever comes first; the end is a compare-and-set).
-  worker.on('failed', (job, err) => {
-    if (!job || !/stalled/i.test(err?.message ?? '')) return;
+  const lost = (runId: string) => {
     void (async () => {
-      const run = await runs.read(job.id!);
+      const run = await runs.read(runId);
       if (!run || isTerminalRun(run.status.state)) return;
       await runs.endRun(endedStatus(run.status, 'failed', { code: 'RUNNER_LOST', message: `worker ${run.host ?? '?'} (${run.worker ?? '?'}) stopped holding the run; it is never run again.` }));
       await endChildren(runs, queue, run.record.runId, { reason: 'PARENT_ENDED', maxMs: 0 });
     })().catch(() => {});
-  });
+  };
+  worker.on('failed', (job, err) => { if (job && /stalled/i.test(err?.message ?? '')) lost(job.id!); });
+  // BullMQ moves a stalled job back to the wait list marked to fail, and fails it only when a worker takes it again:
+  // with every place of the pool busy that may be long, so the run ends at the stall check itself.
+  worker.on('stalled', (jobId) => { if (!held.has(jobId)) lost(jobId); });
   worker.on('error', (e) => log(`queue error: ${(e as Error).message.replace(url, redactRedisUrl(url))}`));
 
   const beat = () => runs.heartbeat({ id, host, pid: process.pid, pool: settings.pool, concurrency: o.concurrency, running: held.size, at: Date.now() }).catch(() => {});

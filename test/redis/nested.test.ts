@@ -50,7 +50,7 @@ async function until(cond: () => boolean | Promise<boolean>, maxMs: number, what
   if (!(await cond())) throw new Error(`${what} did not hold within ${maxMs} ms`);
 }
 
-async function startWorker(name: string): Promise<WorkerProc> {
+async function startWorker(name: string, o: { pool?: string; concurrency?: number; stallMs?: string } = {}): Promise<WorkerProc> {
   const home = path.join(t.base, `worker-${name}`);
   fs.mkdirSync(home, { mode: 0o700 });
   const dir = path.join(home, 'agents');
@@ -59,8 +59,8 @@ async function startWorker(name: string): Promise<WorkerProc> {
   writeAgent(dir, 'delegate', { backend: 'command', command: ['node', DELEGATE, 'delegate'] });
   let out = '';
   // The URL reaches the worker through its environment (as docs/scale-out.md advises), not its argv.
-  const child = spawn(process.execPath, [MAIN_JS, 'worker', '--home', home, '--concurrency', '2', '--root', t.root], {
-    env: { PATH: process.env.PATH, HOME: process.env.HOME, SUBAGENTS_REDIS_URL: url, SUBAGENTS_STALL_INTERVAL_MS: STALL_MS, SUBAGENTS_KILL_GRACE_MS: '1000' },
+  const child = spawn(process.execPath, [MAIN_JS, 'worker', '--home', home, '--concurrency', String(o.concurrency ?? 2), '--root', t.root, '--pool', o.pool ?? 'default'], {
+    env: { PATH: process.env.PATH, HOME: process.env.HOME, SUBAGENTS_REDIS_URL: url, SUBAGENTS_STALL_INTERVAL_MS: o.stallMs ?? STALL_MS, SUBAGENTS_KILL_GRACE_MS: '1000' },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   child.stderr!.on('data', (c: Buffer) => { out += c.toString(); });
@@ -290,6 +290,38 @@ suite('nested delegation from an agent on a worker goes through the same Redis',
     await until(() => !readProc(agentPid, 'cmdline').includes('60000'), 30_000, 'the nested run\'s agent gone');
     await until(async () => (await admin.scard(keys.active)) === 0 && Number((await admin.get(keys.agentsTotal)) ?? 0) === 0, 30_000, 'every slot returned');
   }, 150_000);
+
+  it('a parent whose worker is SIGKILLed ends RUNNER_LOST, and its nested run on the other worker ends PARENT_ENDED', async () => {
+    // A pool of its own, two workers of one place each: the parent takes one, its nested run must take the other.
+    const x = await startWorker('lost-x', { pool: 'lost', concurrency: 1, stallMs: '2000' });
+    const y = await startWorker('lost-y', { pool: 'lost', concurrency: 1, stallMs: '2000' });
+    const s = await server({ SUBAGENTS_POOL: 'lost', SUBAGENTS_STALL_INTERVAL_MS: '2000' });
+    const results = path.join(t.base, 'results-lost');
+    const plan = { launches: [{ agent: 'sleeper', task: 'lose my parent' }], resultsFile: results, holdFile: path.join(t.base, 'never') };
+    const rootId = sc(await s.call('launch', { agent: 'delegate', task: JSON.stringify(plan) })).runId as string;
+    const launched = await resultsOf(results);
+    expect(launched[0]!.isError, launched[0]!.text).toBe(false);
+    const childId = launched[0]!.structured.runId as string;
+    let agentPid = 0;
+    await until(async () => {
+      const st = sc(await s.call('status', { runId: childId }));
+      agentPid = st.steps[0]?.pid ?? 0;
+      return st.state === 'running' && agentPid > 0;
+    }, 60_000, 'the nested run running on the other worker');
+    const holder = (await stored(rootId)).worker;
+    expect((await stored(childId)).worker).not.toBe(holder);
+    const dead = [x, y].find((w) => w.id() === holder)!;
+    const exited = new Promise((r) => dead.child.once('exit', r));
+    dead.child.kill('SIGKILL');
+    await exited;
+    const root = await waitTerminal(s, rootId, 60_000);
+    expect(root.state).toBe('failed');
+    expect(root.error.code).toBe('RUNNER_LOST');
+    const child = await waitTerminal(s, childId, 60_000);
+    expect(child.state).toBe('cancelled');
+    expect(child.error.code).toBe('PARENT_ENDED');
+    await until(() => !readProc(agentPid, 'cmdline').includes('60000'), 30_000, 'the nested run\'s agent gone');
+  }, 180_000);
 });
 
 suite('nested launches are counted exactly in Redis (Lua), whichever server sends them', () => {

@@ -386,7 +386,7 @@ export class DistributedExecutor implements DistributedRuns {
       return run;
     }
     const job = await this.queue.state(run.record.runId);
-    const lost = job === null ? run.worker !== null : job.state === 'failed' || job.state === 'completed';
+    const lost = job === null ? run.worker !== null : job.state === 'failed' || job.state === 'completed' || job.stalled;
     if (!lost) return run;
     const who = run.worker ? `worker ${run.host ?? '?'} (${run.worker})` : 'its worker';
     const reason = job?.failedReason ? ` (${job.failedReason.slice(0, 120)})` : '';
