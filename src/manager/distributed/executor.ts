@@ -153,8 +153,10 @@ export class DistributedExecutor implements DistributedRuns {
     const grant = ctx.nesting!;
     const link = grant.redis;
     const stepEnded = () => new SubagentError('RUN_NOT_ACTIVE', 'the step that started this server has ended; nothing can be launched from it any more.');
+    // Its tree lives in its parent's state home, not in this Redis: its launches belong there.
+    if (!link) throw new SubagentError('INVALID_INPUT', 'this server was started by an agent of a local run, whose nested runs stay in its state home; start it without --redis or SUBAGENTS_REDIS_URL.');
     // The secret must still be valid now: its step may have ended since this server started.
-    if (!link || !checkNesting(ctx.store, grant.parentRunId, grant.secretHash)) throw stepEnded();
+    if (!checkNesting(ctx.store, grant.parentRunId, grant.secretHash)) throw stepEnded();
     const parent = await this.runs.read(link.runId);
     if (!parent || isTerminalRun(parent.status.state)) throw stepEnded();
     const p = parent.record;
