@@ -224,6 +224,9 @@ class Executor {
       if (runTimer) clearTimeout(runTimer);
       stopWatching();
     }
+    // A worker's run: the Redis URL leaves the disk with the run's end, whoever ended it (docs/scale-out.md,
+    // "Nested delegation"); its steps' budget files are gone already.
+    try { fs.rmSync(this.paths.distributedLink, { force: true }); } catch { /* the worker removes it too */ }
     await this.retryLedgerReturn();
     this.store.event(this.runId, { type: 'ended', state: this.status.state });
     // Worktrees still there (a stopped step leaves its own) go after the end is published: deleting thousands of
