@@ -291,6 +291,30 @@ suite('nested delegation from an agent on a worker goes through the same Redis',
     await until(async () => (await admin.scard(keys.active)) === 0 && Number((await admin.get(keys.agentsTotal)) ?? 0) === 0, 30_000, 'every slot returned');
   }, 150_000);
 
+  it('a nested run no worker has taken yet (every place busy) is removed from the queue and ends PARENT_ENDED when its parent\'s agent exits', async () => {
+    // A pool of one place: the parent holds it, so its nested run's job waits in the queue.
+    await startWorker('tight', { pool: 'tight', concurrency: 1 });
+    const s = await server({ SUBAGENTS_POOL: 'tight' });
+    const results = path.join(t.base, 'results-tight');
+    const hold = path.join(t.base, 'hold-tight');
+    const plan = { launches: [{ agent: 'echo', task: 'never started' }], resultsFile: results, holdFile: hold };
+    const rootId = sc(await s.call('launch', { agent: 'delegate', task: JSON.stringify(plan) })).runId as string;
+    const launched = await resultsOf(results);
+    expect(launched[0]!.isError, launched[0]!.text).toBe(false);
+    const childId = launched[0]!.structured.runId as string;
+    expect(sc(await s.call('status', { runId: childId })).state).toBe('starting');
+    expect(await admin.exists(`bull:subagents-tight:${childId}`)).toBe(1);
+    fs.writeFileSync(hold, '');
+    const child = await waitTerminal(s, childId, 60_000);
+    expect(child.state).toBe('cancelled');
+    expect(child.error.code).toBe('PARENT_ENDED');
+    expect(child.steps[0].pid).toBeNull();
+    expect((await waitTerminal(s, rootId, 60_000)).state).toBe('completed');
+    // Its job is gone: the freed place never runs it.
+    expect(await admin.exists(`bull:subagents-tight:${childId}`)).toBe(0);
+    expect((await stored(childId)).worker).toBeNull();
+  }, 150_000);
+
   it('a parent whose worker is SIGKILLed ends RUNNER_LOST, and its nested run on the other worker ends PARENT_ENDED', async () => {
     // A pool of its own, two workers of one place each: the parent takes one, its nested run must take the other.
     const x = await startWorker('lost-x', { pool: 'lost', concurrency: 1, stallMs: '2000' });
