@@ -317,9 +317,9 @@ suite('nested delegation from an agent on a worker goes through the same Redis',
 
   it('a parent whose worker is SIGKILLed ends RUNNER_LOST, and its nested run on the other worker ends PARENT_ENDED', async () => {
     // A pool of its own, two workers of one place each: the parent takes one, its nested run must take the other.
-    const x = await startWorker('lost-x', { pool: 'lost', concurrency: 1, stallMs: '2000' });
-    const y = await startWorker('lost-y', { pool: 'lost', concurrency: 1, stallMs: '2000' });
-    const s = await server({ SUBAGENTS_POOL: 'lost', SUBAGENTS_STALL_INTERVAL_MS: '2000' });
+    const x = await startWorker('lost-x', { pool: 'lost', concurrency: 1, stallMs: '3000' });
+    const y = await startWorker('lost-y', { pool: 'lost', concurrency: 1, stallMs: '3000' });
+    const s = await server({ SUBAGENTS_POOL: 'lost', SUBAGENTS_STALL_INTERVAL_MS: '3000' });
     const results = path.join(t.base, 'results-lost');
     const plan = { launches: [{ agent: 'sleeper', task: 'lose my parent' }], resultsFile: results, holdFile: path.join(t.base, 'never') };
     const rootId = sc(await s.call('launch', { agent: 'delegate', task: JSON.stringify(plan) })).runId as string;
