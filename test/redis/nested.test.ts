@@ -169,6 +169,9 @@ suite('nested delegation from an agent on a worker goes through the same Redis',
     expect(cs.isError, textOf(cs)).toBeFalsy();
     expect(sc(cs).state).toBe('completed');
     expect(sc(cs).output.text).toBe('from the nested run');
+    // Listed with the session's runs, as a nested run (not an adopted one), as in local mode.
+    const listed = (sc(await s.call('status', {})).runs as Array<{ runId: string; adopted: boolean }>).find((r) => r.runId === childId);
+    expect(listed?.adopted).toBe(false);
 
     // Nowhere in what the workers and the server logged, nor in the runs' events and statuses in Redis.
     for (const w of workers) expect(w.log()).not.toContain(secret);

@@ -181,7 +181,8 @@ export class DistributedExecutor implements DistributedRuns {
       steps: pendingSteps(entries), appendsTaken: 0, survivors: [],
     };
     const root = rootRunId === p.runId ? parent : await this.runs.read(rootRunId);
-    const c = await this.runs.claimNested(record, status, root?.record.sessionId ?? p.sessionId, { maxAgents });
+    record.rootSessionId = root?.record.sessionId ?? p.rootSessionId ?? p.sessionId;
+    const c = await this.runs.claimNested(record, status, record.rootSessionId, { maxAgents });
     if (c.outcome === 'PARENT_ENDED') throw stepEnded();
     if (c.outcome === 'FANOUT') {
       throw new SubagentError('FANOUT_EXHAUSTED', `this launch would start ${claims} agents and the run tree may start ${limits.maxSpawns} in all (SUBAGENTS_MAX_SPAWNS_PER_RUN); ${c.used} are claimed. Do the work in this agent, or launch fewer agents.`);
@@ -308,7 +309,7 @@ export class DistributedExecutor implements DistributedRuns {
     await this.runs.addAncestors(ctx.sessionId, known);
     const after = await this.runs.lineage(ctx.sessionId);
     const runs = (await this.summaries([...after].filter((id) => id !== ctx.sessionId), ctx.sessionId, false));
-    const adopted = runs.filter((r) => !before.has(r.sessionId)).length;
+    const adopted = runs.filter((r) => r.adopted && !before.has(r.sessionId)).length;
     return { sessionId: ctx.sessionId, lineage: [...after], adopted, unknown, runs };
   }
 
@@ -370,7 +371,7 @@ export class DistributedExecutor implements DistributedRuns {
           runId: id, sessionId: r.record.sessionId, state: r.status.state, mode: r.record.mode, label: r.record.label,
           agents: r.record.agents, createdAt: r.record.createdAt, endedAt: r.status.endedAt,
           error: r.status.error ? { code: r.status.error.code, message: r.status.error.message } : null,
-          adopted: r.record.sessionId !== me, dismissed: r.dismissed, ...(place ? { queue: place } : {}),
+          adopted: r.record.sessionId !== me && (r.record.depth ?? 0) === 0, dismissed: r.dismissed, ...(place ? { queue: place } : {}),
         });
       }
     }

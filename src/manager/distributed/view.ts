@@ -89,7 +89,7 @@ export async function renderDistributedRun(runs: RedisRuns, ctx: ManagerContext,
     lastActivityAt: status.updatedAt, error: status.error, steps: stepViews,
     output: { ...runOut, uri: `subagents://runs/${runId}/output` },
     fanout: { used, limit: record.limits.maxSpawns, remaining: Math.max(0, record.limits.maxSpawns - used) },
-    pendingAppends: 0, adopted: record.sessionId !== ctx.sessionId, dismissed: run.dismissed, runnerPid: status.runner?.pid ?? null,
+    pendingAppends: 0, adopted: record.sessionId !== ctx.sessionId && (record.depth ?? 0) === 0, dismissed: run.dismissed, runnerPid: status.runner?.pid ?? null,
   };
   if (status.runnerLogTail) v.runnerLogTail = status.runnerLogTail;
   if (status.state === 'queued') {

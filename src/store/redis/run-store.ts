@@ -37,6 +37,8 @@ export interface DistributedRecord {
   parentStepKey?: string | null;
   /** SUBAGENTS_MAX_AGENTS of the tree's root server: what nested launches are charged against. */
   maxAgents?: number;
+  /** A nested run's root's session, whose index lists it too. */
+  rootSessionId?: string;
 }
 
 export interface StoredRun {
@@ -187,7 +189,7 @@ export class RedisRuns {
     });
     await this.call('remove the run', () => this.redis.multi()
       .del(keys.run(runId), keys.events(runId), keys.fanout(runId), keys.children(runId), ...outputs)
-      .zrem(keys.allRuns, runId).zrem(keys.sessionRuns(sessionId), runId)
+      .zrem(keys.allRuns, runId).zrem(keys.sessionRuns(sessionId), runId).zrem(keys.sessionRuns(run.record.rootSessionId ?? sessionId), runId)
       .exec());
   }
 
