@@ -4,6 +4,7 @@
  * slots. Woken by the local run directory's changes, with a slow look behind them, as local waiters are.
  */
 import fs from 'node:fs';
+import path from 'node:path';
 import type { ManagerContext } from '../manager/context.js';
 import type { RedisRuns } from '../store/redis/run-store.js';
 import { isTerminalRun, isTerminalStep, type RunStatus, type StepStatus } from '../store/run-types.js';
@@ -83,10 +84,29 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
     }
   };
   const settled = new Set<string>();
+  const answering = new Set<string>();
+  // The runner's requests to end a step's nested runs (src/runner/supervise.ts): answered once they have ended.
+  const answerSettleRequests = () => {
+    let names: string[];
+    try { names = fs.readdirSync(paths.dir); } catch { return; }
+    for (const name of names) {
+      const m = /^settle-(.+)\.json$/.exec(name);
+      if (!m || answering.has(m[1]!)) continue;
+      const stepKey = m[1]!;
+      answering.add(stepKey);
+      let reason: TreeCancelReason = 'PARENT_ENDED';
+      try { if ((JSON.parse(fs.readFileSync(path.join(paths.dir, name), 'utf8')) as { reason?: unknown }).reason === 'CANCELLED') reason = 'CANCELLED'; } catch { /* the default */ }
+      settled.add(stepKey);
+      void t.endChildren({ reason, stepKey, wait: true }).catch(() => 0).then(() => {
+        try { fs.writeFileSync(paths.settleDone(stepKey), '', { mode: 0o600 }); } catch { /* the runner's wait is bounded */ }
+      });
+    }
+  };
   const watch = new DirWatch([paths.dir, paths.outDir]);
   try {
     for (;;) {
       try {
+      answerSettleRequests();
       const local = t.local.store.readStatus(t.localRunId);
       if (local) {
         await copyOutputs(local);

@@ -264,7 +264,9 @@ suite('nested delegation from an agent on a worker goes through the same Redis',
     expect(child.error.code).toBe('PARENT_ENDED');
     const root = await waitTerminal(s, rootId, 60_000);
     expect(root.state).toBe('completed');
-    // The parent's end was recorded only once its nested run had ended (a root holds its slot for its whole tree).
+    // The launching step, and so the parent run, ended only once its nested run had (a root holds its slot for its
+    // whole tree), as a local step waits for its nested runs.
+    expect(Date.parse(root.steps[0].endedAt)).toBeGreaterThanOrEqual(Date.parse(child.endedAt));
     expect(Date.parse(root.endedAt)).toBeGreaterThanOrEqual(Date.parse(child.endedAt));
     await until(() => !readProc(agentPid, 'cmdline').includes('60000'), 30_000, 'the nested run\'s agent gone');
   }, 150_000);

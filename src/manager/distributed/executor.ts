@@ -8,6 +8,7 @@ import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { SubagentError, type ErrorCode } from '../../errors.js';
 import { newRunId } from '../../ids.js';
+import { ensurePrivateDir, writeFileAtomic } from '../../store/atomic-write.js';
 import { connect } from '../../store/redis/connection.js';
 import { channels } from '../../store/redis/keys.js';
 import { JobQueue } from '../../store/redis/job-queue.js';
@@ -48,6 +49,17 @@ function shapeOf(entries: ChainEntryInput[]): { claims: number; width: number; a
     }
   }
   return { claims, width, agents };
+}
+
+/** A nested run's marker in its parent's local run directory (src/store/layout.ts, remoteChildrenDir). */
+function markRemoteChild(ctx: ManagerContext, localParentRunId: string, childRunId: string, stepKey: string): void {
+  try {
+    const paths = ctx.store.paths(localParentRunId);
+    ensurePrivateDir(paths.remoteChildrenDir);
+    writeFileAtomic(paths.remoteChild(childRunId), JSON.stringify({ stepKey }), { durable: false });
+  } catch {
+    // The run's end still ends it (src/worker/mirror.ts); only its step's end would not wait for it.
+  }
 }
 
 /** Pending step statuses named after the agents asked for (the worker resolves and freezes them). */
@@ -180,6 +192,9 @@ export class DistributedExecutor implements DistributedRuns {
       v: 1, runId, state: 'starting', error: null, startedAt: null, endedAt: null, updatedAt: createdAt, runner: null,
       steps: pendingSteps(entries), appendsTaken: 0, survivors: [],
     };
+    // Marked in the parent's local run directory before it is accepted, so its runner, at the step's end, cannot miss
+    // it: the step then waits until its worker has ended its nested runs (./tree.ts), as a local step waits.
+    markRemoteChild(ctx, grant.parentRunId, runId, grant.parentStepKey);
     const root = rootRunId === p.runId ? parent : await this.runs.read(rootRunId);
     record.rootSessionId = root?.record.sessionId ?? p.rootSessionId ?? p.sessionId;
     const c = await this.runs.claimNested(record, status, record.rootSessionId, { maxAgents });
