@@ -478,7 +478,11 @@ class Executor {
     if (!marked) return;
     const request = this.paths.settleRequest(stepKey);
     const done = this.paths.settleDone(stepKey);
-    writeFileAtomic(request, JSON.stringify({ reason }), { durable: false });
+    try {
+      writeFileAtomic(request, JSON.stringify({ reason }), { durable: false });
+    } catch {
+      return; // its worker still ends them with the run (src/worker/mirror.ts)
+    }
     const supervisor = supervisorOf(process.env);
     const deadline = performance.now() + this.record.killGraceMs + REMOTE_SETTLE_MARGIN_MS;
     while (!fs.existsSync(done) && performance.now() < deadline && (!supervisor || isAlive(supervisor))) {
