@@ -106,6 +106,8 @@ export interface LaunchOptions {
    * written 0600 into the run's directory for its runner, which hands it to nested servers through budget files.
    */
   distributedLink?: DistributedLink;
+  /** A worker's launch: the run keeps its distributed run id in the worker's home (docs/scale-out.md). */
+  runId?: string;
 }
 
 export interface LaunchOptions {
@@ -154,7 +156,9 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
   // Before anything is reserved or written: a repository that cannot be isolated is a refusal.
   const isolation = await resolveIsolation(ctx, cwd, input, steps);
   const paths = claimPaths(steps);
-  const runId = newRunId();
+  // A worker runs a distributed run under the id Redis gave it, so its branches and worktrees carry that id
+  // (docs/scale-out.md, "Worktree isolation over Redis").
+  const runId = o.runId ?? newRunId();
   const rootRunId = nesting ? nesting.rootRunId : runId;
 
   const handshakeTimeoutMs = parentRecord?.handshakeTimeoutMs ?? settings.handshakeTimeoutMs;
