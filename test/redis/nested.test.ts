@@ -180,6 +180,17 @@ suite('nested delegation from an agent on a worker goes through the same Redis',
       expect(JSON.stringify(await admin.hgetall(keys.run(id)))).not.toContain(secret);
       expect((await admin.lrange(keys.events(id), 0, -1)).join('\n')).not.toContain(secret);
     }
+    // Nor in the runners' logs, events, statuses or step output on the workers.
+    for (const w of workers) {
+      for (const d of fs.readdirSync(path.join(w.home, 'runs')).filter((n) => n.startsWith('r-'))) {
+        const dir = path.join(w.home, 'runs', d);
+        const files = ['runner.log', 'events.jsonl', 'status.json', 'run.json', ...(fs.existsSync(path.join(dir, 'out')) ? fs.readdirSync(path.join(dir, 'out')).map((f) => path.join('out', f)) : [])];
+        for (const f of files) {
+          const text = fs.existsSync(path.join(dir, f)) ? fs.readFileSync(path.join(dir, f), 'utf8') : '';
+          expect(text, `${d}/${f}`).not.toContain(secret);
+        }
+      }
+    }
     // Nor left on the workers' disks once the runs ended: the run's link file goes with its end.
     for (const w of workers) {
       const found = fs.readdirSync(path.join(w.home, 'runs')).filter((d) => fs.existsSync(path.join(w.home, 'runs', d, 'distributed-link.json')));
