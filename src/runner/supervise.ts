@@ -25,12 +25,13 @@ import {
 } from '../store/run-types.js';
 import { SubagentError, isSubagentError, type RunErrorCode } from '../errors.js';
 import { MAIN_JS } from '../paths.js';
-import { watchForCancel } from './cancel-watch.js';
+import { supervisorOf, watchForCancel } from './cancel-watch.js';
 import { runMembers } from './group-scheduler.js';
 import { isNestedRunner, isOtherRunsRunner, settleChildren } from './children.js';
 import { NO_TEXT, once, publishRunOutput, substitute, type StepText } from './step-text.js';
 import { runAgentProcess } from './agent-process.js';
 import { readTail } from '../store/text-tail.js';
+import { DistributedLinkFile, readStateFile, type DistributedLink } from '../store/state-files.js';
 import { claimAgentSlot, releaseAgentSlot, setAgentSlotProcess } from '../lifecycle/agent-slots.js';
 import { newStepStatus } from '../store/step-status.js';
 import { boundedStepText, writeJoinedOutput } from './joined-output.js';
@@ -63,6 +64,9 @@ async function persistently<T>(fn: () => Promise<T>): Promise<T> {
 }
 
 type StopReason = 'CANCELLED' | 'TIMEOUT' | 'PARENT_ENDED';
+
+/** Beyond the kill grace, how long a step of a worker's run waits for its worker to end its nested runs in Redis. */
+const REMOTE_SETTLE_MARGIN_MS = 20_000;
 
 interface StepOutcome {
   ok: boolean;
@@ -154,6 +158,7 @@ class Executor {
   private readonly specs: StepSpec[];
   private readonly abort = new AbortController();
   private stopReason: StopReason | null = null;
+  private link: DistributedLink | null | undefined;
   private readonly runId: string;
   private readonly worktrees: StepWorktrees;
 
@@ -240,6 +245,9 @@ class Executor {
       if (runTimer) clearTimeout(runTimer);
       stopWatching();
     }
+    // A worker's run: the Redis URL leaves the disk with the run's end, whoever ended it (docs/scale-out.md,
+    // "Nested delegation"); its steps' budget files are gone already.
+    try { fs.rmSync(this.paths.distributedLink, { force: true }); } catch { /* the worker removes it too */ }
     await this.retryLedgerReturn();
     this.store.event(this.runId, { type: 'ended', state: this.status.state });
     // Worktrees still there (a stopped step leaves its own) go after the end is published: deleting thousands of
@@ -398,6 +406,7 @@ class Executor {
       await Promise.all(recorded);
     }
     await settleChildren(this.store, this.runId, st.key, this.stopReason === 'CANCELLED' ? 'CANCELLED' : 'PARENT_ENDED');
+    await this.settleRemoteChildren(st.key, this.stopReason === 'CANCELLED' ? 'CANCELLED' : 'PARENT_ENDED');
     // A single run's one slot goes back with the rest of its ledger entries at the run's end (endRun, after
     // the sweep of leftovers): one ledger section fewer per run, on the lock every run of the state home shares.
     if (this.record.mode !== 'single') await releaseAgentSlot(this.ledger, slotKey).catch(() => {});
@@ -464,9 +473,50 @@ class Executor {
     const secret = randomBytes(32).toString('base64url');
     const file = this.paths.budgetFile(createHash('sha256').update(secret).digest('hex'));
     ensurePrivateDir(this.paths.budgetDir);
+    // On a worker, the grant carries the run's Redis: the agent's nested server launches there, and the URL never
+    // enters the agent's environment (docs/scale-out.md, "Nested delegation"). The file is 0600 like every state file.
+    const redis = this.distributedLink();
     // Not fsynced: it is valid only while this step's agent lives, and no agent outlives a crash of the machine.
-    writeFileAtomic(file, JSON.stringify({ stepKey, at: new Date().toISOString() }), { durable: false });
+    writeFileAtomic(file, JSON.stringify({ stepKey, at: new Date().toISOString(), ...(redis ? { redis } : {}) }), { durable: false });
     return { secret, revoke: () => { try { fs.unlinkSync(file); } catch { /* gone */ } } };
+  }
+
+  /**
+   * A worker's run: the step's nested runs in Redis (marked in `remote-children/` by the nested server) are ended by
+   * the worker, which this runner asks through a request file and waits for, so that the step ends only once they have
+   * (docs/contract.md, "Nesting and isolation"). Bounded: a worker that died answers nothing (and its runner stops).
+   */
+  private async settleRemoteChildren(stepKey: string, reason: 'CANCELLED' | 'PARENT_ENDED'): Promise<void> {
+    if (!this.distributedLink()) return;
+    const marked = (() => {
+      try {
+        return fs.readdirSync(this.paths.remoteChildrenDir).some((name) => {
+          try { return (JSON.parse(fs.readFileSync(path.join(this.paths.remoteChildrenDir, name), 'utf8')) as { stepKey?: unknown }).stepKey === stepKey; } catch { return false; }
+        });
+      } catch { return false; }
+    })();
+    if (!marked) return;
+    const request = this.paths.settleRequest(stepKey);
+    const done = this.paths.settleDone(stepKey);
+    try {
+      writeFileAtomic(request, JSON.stringify({ reason }), { durable: false });
+    } catch {
+      return; // its worker still ends them with the run (src/worker/mirror.ts)
+    }
+    const supervisor = supervisorOf(process.env);
+    const deadline = performance.now() + this.record.killGraceMs + REMOTE_SETTLE_MARGIN_MS;
+    while (!fs.existsSync(done) && performance.now() < deadline && (!supervisor || isAlive(supervisor))) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    for (const f of [request, done]) { try { fs.unlinkSync(f); } catch { /* gone */ } }
+  }
+
+  /** The Redis of a worker's run (its launch wrote it before this runner started), or null for a local run. */
+  private distributedLink(): DistributedLink | null {
+    if (this.link === undefined) {
+      try { this.link = readStateFile<DistributedLink>(this.paths.distributedLink, DistributedLinkFile); } catch { this.link = null; }
+    }
+    return this.link;
   }
 
   private stop(reason: StopReason): void {
