@@ -105,3 +105,24 @@ export function hasEnvEntry(pid: number, entry: string): boolean {
     return false;
   }
 }
+
+/**
+ * A process's command line as words ([] when unreadable). A runner that took a run from the warm pool renames itself
+ * (`process.title`), which Linux shows as one space-separated string: both forms are split alike (state-home paths
+ * have no spaces).
+ */
+export function commandLineOf(pid: number): string[] {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split(/[\0 ]/).filter((a) => a !== '');
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * Whether `runner` still serves the run in `runDir`: alive, and its command line names that directory. A warm runner
+ * that ended its run and went back to the pool names the pool instead (docs/architecture.md, "Warm runners").
+ */
+export function servesRun(runner: ProcessIdentity, runDir: string): boolean {
+  return isAlive(runner) && (!HAS_PROC || commandLineOf(runner.pid).includes(runDir));
+}

@@ -8,7 +8,7 @@ import { isAlive, type ProcessIdentity } from '../process/identity.js';
  * (SUBAGENTS_SUPERVISOR=pid:startTime, docs/scale-out.md, "Failures"). When it dies, nothing would report the run, so the
  * runner stops its agents as for a cancel and ends.
  */
-function supervisorOf(env: NodeJS.ProcessEnv): ProcessIdentity | null {
+export function supervisorOf(env: NodeJS.ProcessEnv): ProcessIdentity | null {
   const m = /^(\d+):(\S+)$/.exec(env.SUBAGENTS_SUPERVISOR ?? '');
   return m ? { pid: Number(m[1]), startTime: m[2]! } : null;
 }
@@ -53,6 +53,7 @@ export function watchForCancel(o: CancelWatch): () => void {
     if (o.processSignals) {
       process.off('SIGTERM', onSignal);
       process.off('SIGINT', onSignal);
+      process.off('SIGHUP', ignore);
     }
   };
 }

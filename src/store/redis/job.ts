@@ -8,4 +8,6 @@ export interface LaunchJob {
   limit: number;
   maxAgents: number;
   agentSlots: number;
+  /** A nested run (docs/scale-out.md, "Nested delegation"): no active-run slot; its agent slots were taken at acceptance. */
+  nested?: boolean;
 }
