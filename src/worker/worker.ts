@@ -41,6 +41,10 @@ const DEFAULT_REDIS_OUTPUT_BYTES = 16 * 1024 * 1024;
 const CHILDREN_END_MARGIN_MS = 10_000;
 /** How long a job waits before it is offered again when its run has no slot yet. */
 const RETRY_START_MS = 250;
+/** On SIGTERM: how long BullMQ's close may take once no job is processed any more. */
+const CLOSE_MS = 5000;
+/** On SIGTERM past the drain timeout: how long cancelled runs may take to report their end, past the kill grace. */
+const CANCEL_REPORT_MS = 15_000;
 
 interface Held { local: string | null; cancelled: boolean; reason: TreeCancelReason }
 
@@ -157,16 +161,23 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
   };
 
   const jobsConnection = connect(url, { blocking: true, name: 'subagents-worker-jobs' });
+  // Jobs being processed (from their start check to their run's end): what a drain waits for.
+  let processing = 0;
   const worker = new Worker(queueName(settings.pool), async (job: Job, token?: string) => {
-    const data = job.data as LaunchJob;
-    const go = await runs.startRun(data.runId, data.limit, data.agentSlots, data.maxAgents, data.nested === true);
-    if (go === -1) return 'ended';
-    if (go === 0) {
-      // No slot yet (or not this run's turn): offered again shortly, to this worker or another.
-      await job.moveToDelayed(Date.now() + RETRY_START_MS, token);
-      throw new DelayedError();
+    processing++;
+    try {
+      const data = job.data as LaunchJob;
+      const go = await runs.startRun(data.runId, data.limit, data.agentSlots, data.maxAgents, data.nested === true);
+      if (go === -1) return 'ended';
+      if (go === 0) {
+        // No slot yet (or not this run's turn): offered again shortly, to this worker or another.
+        await job.moveToDelayed(Date.now() + RETRY_START_MS, token);
+        throw new DelayedError();
+      }
+      return await execute(data);
+    } finally {
+      processing--;
     }
-    return execute(data);
   }, {
     connection: jobsConnection,
     concurrency: o.concurrency,
@@ -201,17 +212,28 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
       if (stopping) return;
       stopping = true;
       log(`${signal}: draining (no new runs; ${held.size} running, ${o.drainTimeoutMs} ms to finish)`);
-      const closing = worker.close();
-      const drained = await Promise.race([closing.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), o.drainTimeoutMs))]);
-      if (!drained) {
+      const closing = worker.close().then(() => true, () => true);
+      // Drained once no job is processed any more: BullMQ's close is not what is waited for, since after a Redis
+      // restart its blocking connection may never settle (the close would then hang with nothing left to run).
+      const idle = async (maxMs: number): Promise<boolean> => {
+        const end = Date.now() + maxMs;
+        while (processing > 0 && Date.now() < end) await new Promise((r) => setTimeout(r, 100));
+        return processing === 0;
+      };
+      if (!(await idle(o.drainTimeoutMs))) {
         for (const runId of held.keys()) cancelLocal(runId);
-        await closing;
+        // The cancelled runs' ends reach Redis (their agents get the kill grace first).
+        await idle(settings.killGraceMs + CANCEL_REPORT_MS);
+      }
+      if (!(await Promise.race([closing, new Promise<boolean>((r) => setTimeout(() => r(false), CLOSE_MS))]))) {
+        log(`the queue's connections did not close within ${CLOSE_MS} ms; leaving them`);
       }
       clearInterval(beating);
       await runs.forgetWorker(id).catch(() => {});
       sub.disconnect();
       jobsConnection.disconnect();
-      await queue.close();
+      // Bounded as the worker's close is: a Queue's close waits on its connection, which Redis may not answer.
+      await Promise.race([queue.close(), new Promise((r) => setTimeout(r, CLOSE_MS))]);
       runs.redis.disconnect();
       log('stopped');
       resolve(0);

@@ -51,7 +51,7 @@ describe('subagents-mcp watch', { timeout: 180_000 }, () => {
     const b = await launch({ chain: [{ agent: 'echo', task: 'two' }, { parallel: [{ agent: 'echo', task: 'x' }, { agent: 'echo', task: 'y' }] }] });
     await waitTerminal(s, b);
     await w.waitFor(`"runId":"${b}"`);
-    await expect.poll(() => lines(w.stdout()).filter((l) => l.runId === b && l.type === 'ended').length, { timeout: 15_000 }).toBe(1);
+    await expect.poll(() => lines(w.stdout()).filter((l) => l.runId === b && l.type === 'ended').length, { timeout: 30_000 }).toBe(1);
     const all = lines(w.stdout());
     // Each run's lifecycle, in the order it happened.
     const typesOf = (id: string) => all.filter((l) => l.runId === id).map((l) => l.type);
@@ -70,12 +70,12 @@ describe('subagents-mcp watch', { timeout: 180_000 }, () => {
     expect(after.filter((l) => l.runId === b)).toHaveLength(all.filter((l) => l.runId === b).length);
     const r = watch(['--json', '--since', cut]);
     await r.waitFor(`"runId":"${b}"`);
-    await expect.poll(() => lines(r.stdout()).length, { timeout: 15_000 }).toBe(after.length);
+    await expect.poll(() => lines(r.stdout()).length, { timeout: 30_000 }).toBe(after.length);
     expect(lines(r.stdout()).map((l) => l.cursor)).toEqual(after.map((l) => l.cursor));
     const c = await launch({ agent: 'echo', task: 'three' });
     await waitTerminal(s, c);
-    await expect.poll(() => lines(r.stdout()).filter((l) => l.runId === c && l.type === 'ended').length, { timeout: 15_000 }).toBe(1);
-    await expect.poll(() => lines(w.stdout()).filter((l) => l.runId === c && l.type === 'ended').length, { timeout: 15_000 }).toBe(1);
+    await expect.poll(() => lines(r.stdout()).filter((l) => l.runId === c && l.type === 'ended').length, { timeout: 30_000 }).toBe(1);
+    await expect.poll(() => lines(w.stdout()).filter((l) => l.runId === c && l.type === 'ended').length, { timeout: 30_000 }).toBe(1);
     const resumed = lines(r.stdout());
     expect(new Set(resumed.map((l) => l.cursor)).size).toBe(resumed.length);
     expect(resumed.filter((l) => l.runId === c).map((l) => l.cursor)).toEqual(lines(w.stdout()).filter((l) => l.runId === c).map((l) => l.cursor));
@@ -84,7 +84,7 @@ describe('subagents-mcp watch', { timeout: 180_000 }, () => {
     // The whole history, from the start.
     const h = watch(['--json', '--since', 'start']);
     await h.waitFor(`"runId":"${c}"`);
-    await expect.poll(() => lines(h.stdout()).filter((l) => l.type === 'ended').length, { timeout: 15_000 }).toBe(3);
+    await expect.poll(() => lines(h.stdout()).filter((l) => l.type === 'ended').length, { timeout: 30_000 }).toBe(3);
     expect(lines(h.stdout())[0]!.runId).toBe(a);
   });
 

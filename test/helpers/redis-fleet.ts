@@ -40,9 +40,17 @@ export async function startWorker(o: { redisUrl: string; home: string; roots: st
   return w;
 }
 
-export async function stopWorker(w: WorkerProc, signal: NodeJS.Signals = 'SIGTERM'): Promise<void> {
+/**
+ * Stops a worker and waits for its exit, bounded: a worker that outlives `maxMs` after the signal is killed and the
+ * test fails saying so, with the end of its log (never a hang until the test's own timeout).
+ */
+export async function stopWorker(w: WorkerProc, signal: NodeJS.Signals = 'SIGTERM', maxMs = 30_000): Promise<void> {
   if (w.child.exitCode !== null || w.child.signalCode !== null) return;
   const exited = new Promise((r) => w.child.once('exit', r));
   w.child.kill(signal);
+  const inTime = await Promise.race([exited.then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), maxMs))]);
+  if (inTime) return;
+  w.child.kill('SIGKILL');
   await exited;
+  throw new Error(`worker ${w.id()} did not exit within ${maxMs} ms of ${signal}: ${w.log().slice(-1000)}`);
 }

@@ -22,28 +22,40 @@ export interface RedisInstance {
   log: () => string;
 }
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = net.createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const port = (s.address() as net.AddressInfo).port;
-      s.close(() => resolve(port));
-    });
-  });
+/**
+ * Ports for the tests' Redis come from below the kernel's ephemeral range: the kernel never hands one out for a
+ * `listen(0)` or an outgoing connection, so a port released across a restart cannot be taken meanwhile by another
+ * test's client or server. Two test files picking the same port are told apart (the loser's redis-server exits on
+ * bind, or the answering server is not ours) and the loser picks again.
+ */
+function candidatePort(): number {
+  let low = 32768;
+  try { low = Number(fs.readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/)[0]) || low; } catch { /* not Linux */ }
+  const top = Math.max(12_000, Math.min(low, 65_536));
+  const bottom = Math.max(1024, top - 12_000);
+  return bottom + Math.floor(Math.random() * (top - bottom));
 }
 
-/** Resolves once the port accepts a PING, or rejects after `maxMs`. */
-async function awaitPing(port: number, maxMs: number, child: ChildProcess): Promise<void> {
+/**
+ * Resolves once the port answers as our redis-server (INFO names the child's pid: another test's Redis on the same
+ * port is not mistaken for ours), or rejects when the child exits (the port was taken) or after `maxMs`.
+ */
+async function awaitOwnPing(port: number, maxMs: number, child: ChildProcess): Promise<void> {
   const end = Date.now() + maxMs;
+  const exited = () => child.exitCode !== null || child.signalCode !== null;
   while (Date.now() < end) {
-    if (child.exitCode !== null) throw new Error(`redis-server exited with ${child.exitCode}`);
+    if (exited()) throw new Error(`redis-server exited with ${child.exitCode ?? child.signalCode}`);
     const ok = await new Promise<boolean>((resolve) => {
       const c = net.connect(port, '127.0.0.1');
-      c.setTimeout(500, () => { c.destroy(); resolve(false); });
+      let got = '';
+      c.setTimeout(2000, () => { c.destroy(); resolve(false); });
       c.once('error', () => resolve(false));
-      c.once('connect', () => c.write('PING\r\n'));
-      c.once('data', (d) => { c.destroy(); resolve(d.toString().startsWith('+PONG')); });
+      c.once('connect', () => c.write('INFO server\r\n'));
+      c.on('data', (d) => {
+        got += d.toString();
+        const pid = /process_id:(\d+)\r\n/.exec(got);
+        if (pid || got.startsWith('-')) { c.destroy(); resolve(pid !== null && Number(pid[1]) === child.pid); }
+      });
     });
     if (ok) return;
     await new Promise((r) => setTimeout(r, 50));
@@ -54,20 +66,44 @@ async function awaitPing(port: number, maxMs: number, child: ChildProcess): Prom
 export async function startRedis(): Promise<RedisInstance> {
   if (!REDIS_SERVER) throw new Error('redis-server is not installed (apt-get install redis-server; .ci/run does it)');
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'sa-redis-'));
-  const port = await freePort();
+  let port = 0;
   let out = '';
-  let child: ChildProcess;
-  const boot = async () => {
-    child = spawn(REDIS_SERVER!, ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, '--appendonly', 'yes',
+  let child: ChildProcess | null = null;
+  // A test process that dies leaves no redis-server behind.
+  const killOnExit = () => { child?.kill('SIGKILL'); };
+  process.once('exit', killOnExit);
+  const bootOn = async (p: number) => {
+    const c = spawn(REDIS_SERVER!, ['--port', String(p), '--bind', '127.0.0.1', '--dir', dir, '--appendonly', 'yes',
       '--appendfsync', 'always', '--daemonize', 'no', '--save', '', '--protected-mode', 'yes', '--loglevel', 'warning'],
     { stdio: ['ignore', 'pipe', 'pipe'] });
-    child.stdout!.on('data', (c: Buffer) => { out += c.toString(); });
-    child.stderr!.on('data', (c: Buffer) => { out += c.toString(); });
-    await awaitPing(port, 15_000, child);
+    child = c;
+    c.stdout!.on('data', (d: Buffer) => { out += d.toString(); });
+    c.stderr!.on('data', (d: Buffer) => { out += d.toString(); });
+    try {
+      await awaitOwnPing(p, 20_000, c);
+    } catch (e) {
+      c.kill('SIGKILL');
+      throw e;
+    }
   };
-  await boot();
+  // A port another test file took meanwhile: another one (the URL is not handed out yet).
+  for (let attempt = 1; ; attempt++) {
+    port = candidatePort();
+    try { await bootOn(port); break; } catch (e) { if (attempt >= 10) throw new Error(`${(e as Error).message}: ${out.slice(-500)}`); }
+  }
+  // A restart keeps the port (clients hold the URL). Outside the ephemeral range nothing but a test's Redis binds it;
+  // a bind that fails all the same (the old socket not yet released) is retried for a bounded time.
+  const boot = async () => {
+    const end = Date.now() + 20_000;
+    for (;;) {
+      try { return await bootOn(port); } catch (e) {
+        if (Date.now() > end) throw new Error(`${(e as Error).message}: ${out.slice(-500)}`);
+        await new Promise((r) => setTimeout(r, 250));
+      }
+    }
+  };
   const stopChild = async () => {
-    const c = child;
+    const c = child!;
     if (c.exitCode !== null || c.signalCode !== null) return;
     const exited = new Promise<void>((r) => c.once('exit', () => r()));
     c.kill('SIGTERM');
@@ -81,6 +117,7 @@ export async function startRedis(): Promise<RedisInstance> {
     dir,
     stop: async (o = {}) => {
       await stopChild();
+      if (!o.keepData) process.off('exit', killOnExit);
       if (!o.keepData) fs.rmSync(dir, { recursive: true, force: true });
     },
     restart: async () => { await stopChild(); await boot(); },

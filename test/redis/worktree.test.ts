@@ -92,9 +92,11 @@ describe.skipIf(skipped)('worktree isolation over Redis', () => {
     expect(fin.steps[0].changes).toEqual({ branch, commit: expect.stringMatching(/^[0-9a-f]{40}$/), base, files: 3, insertions: 2, deletions: 10 });
     expect(gitIn(repo, ['rev-parse', branch])).toBe(fin.steps[0].changes.commit);
     expect(changedFiles(repo, base, branch)).toEqual(['src/app.txt', 'src/new.txt', 'src/old.txt']);
-    // The worktree is gone, on the worker's machine, once the run has ended; the branch stays.
-    expect(fs.existsSync(path.join(workerHome(), 'worktrees', runId))).toBe(false);
+    // The worktree is gone, on the worker's machine, once the run has ended; the branch stays. The step's worktree
+    // goes before the end is published, the run's (emptied) directory just after it (src/runner/supervise.ts).
+    expect(fs.existsSync(wtDir)).toBe(false);
     expect(extraWorktrees(repo)).toEqual([]);
+    await until(() => !fs.existsSync(path.join(workerHome(), 'worktrees', runId)), 30_000, 'the run\'s worktrees directory removed');
     const patch = await s.client.readResource({ uri: `subagents://runs/${runId}/steps/0/patch` });
     expect(patch.contents[0]!.mimeType).toBe('text/x-diff');
     const text = (patch.contents[0] as { text: string }).text;

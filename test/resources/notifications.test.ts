@@ -15,7 +15,7 @@ function listen(s: Started) {
   s.client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => { updates.push(n.params.uri); wake?.(); });
   s.client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => { logs.push({ level: n.params.level, data: n.params.data }); wake?.(); });
   /** Resolves once `cond` holds, re-checked on every notification (bounded: a hang fails the test). */
-  const until = async (what: string, cond: () => boolean | Promise<boolean>, maxMs = 20_000): Promise<void> => {
+  const until = async (what: string, cond: () => boolean | Promise<boolean>, maxMs = 30_000): Promise<void> => {
     const end = Date.now() + maxMs;
     while (!(await cond())) {
       if (Date.now() > end) throw new Error(`no notification for: ${what} (updates ${JSON.stringify(updates)}, logs ${JSON.stringify(logs)})`);
@@ -102,7 +102,7 @@ describe('resource subscriptions and run-end messages', () => {
     expect(sc(await b.call('restore', { lineage: [one.sessionId] })).adopted).toBeGreaterThan(0);
     seen = l.listChanged();
     expect(sc(await b.call('dismiss', { runId: two.runId })).dismissed).toBe(true);
-    await l.until('list changed after a dismiss elsewhere', () => l.listChanged() > seen, 15_000);
+    await l.until('list changed after a dismiss elsewhere', () => l.listChanged() > seen, 30_000);
     expect(await listed()).not.toContain(`subagents://runs/${two.runId}`);
   });
 
@@ -134,13 +134,13 @@ describe('resource subscriptions and run-end messages', () => {
     const ids = (r: { runs: Array<{ runId: string; dismissed: boolean }> }) => r.runs.filter((x) => !x.dismissed).map((x) => x.runId);
     expect(ids(sc(await a.call('status', {})))).toEqual([three.runId]);
     expect(sc(await a.call('status', { all: true })).runs.find((x: { runId: string }) => x.runId === two.runId).dismissed).toBe(true);
-    await l.until('list changed after a dismiss elsewhere', () => l.listChanged() > seen, 15_000);
+    await l.until('list changed after a dismiss elsewhere', () => l.listChanged() > seen, 30_000);
     expect(await listed()).not.toContain(`subagents://runs/${two.runId}`);
     expect(await listed()).toContain(`subagents://runs/${three.runId}`);
     // `three` is removed from disk (as gc would): the audit finds its directory gone.
     seen = l.listChanged();
     fs.rmSync(dirOf(three.runId), { recursive: true, force: true });
-    await l.until('list changed after a removal', () => l.listChanged() > seen, 15_000);
+    await l.until('list changed after a removal', () => l.listChanged() > seen, 30_000);
     expect(await listed()).not.toContain(`subagents://runs/${three.runId}`);
   });
 

@@ -120,9 +120,9 @@ describe.skipIf(skipWithout('chromium', hasChromium()))('the dashboard in a real
     await waitTerminal(s, done);
     const sleeping = await launch({ agent: 'sleeper', task: 'zzz', label: 'a sleeper' });
     await page.goto(ui.url);
-    await page.locator(`tr[data-run="${done}"]`).waitFor({ timeout: 15_000 });
-    await expect.poll(() => stateOnScreen(done).textContent(), { timeout: 15_000 }).toBe('completed');
-    await expect.poll(() => stateOnScreen(sleeping).textContent(), { timeout: 15_000 }).toBe('running');
+    await page.locator(`tr[data-run="${done}"]`).waitFor({ timeout: 30_000 });
+    await expect.poll(() => stateOnScreen(done).textContent(), { timeout: 30_000 }).toBe('completed');
+    await expect.poll(() => stateOnScreen(sleeping).textContent(), { timeout: 30_000 }).toBe('running');
     expect(await page.locator('.notice').textContent()).toContain('could not be read');
     expect(new URL(page.url()).search).toBe(''); // the token left the address bar
     await shot('tree');
@@ -133,13 +133,13 @@ describe.skipIf(skipWithout('chromium', hasChromium()))('the dashboard in a real
     const root = await launch({ agent: 'delegate', task: JSON.stringify({ launches: [{ agent: 'echo', task: 'from the child', label: 'nested echo' }], wait: true }), label: 'a delegating run' });
     await waitTerminal(s, root);
     await page.goto(`${ui.base}/#/`);
-    await page.locator(`tr[data-run="${root}"]`).waitFor({ timeout: 15_000 });
+    await page.locator(`tr[data-run="${root}"]`).waitFor({ timeout: 30_000 });
     const next = page.locator(`tr[data-run="${root}"] + tr`);
-    await expect.poll(() => next.locator('.nest').textContent(), { timeout: 15_000 }).toContain('step 0');
+    await expect.poll(() => next.locator('.nest').textContent(), { timeout: 30_000 }).toContain('step 0');
     expect(await next.locator('td.label').textContent()).toBe('nested echo');
     expect(await next.getAttribute('class')).toBe('lvl1');
     await page.goto(`${ui.base}/#/run/${root}`);
-    await expect.poll(() => page.locator('ul.children li').count(), { timeout: 15_000 }).toBe(1);
+    await expect.poll(() => page.locator('ul.children li').count(), { timeout: 30_000 }).toBe(1);
   });
 
   it('shows a new launch and its state change on screen without a reload', async () => {
@@ -147,10 +147,10 @@ describe.skipIf(skipWithout('chromium', hasChromium()))('the dashboard in a real
     await page.locator('table.runs').waitFor();
     await page.evaluate(() => { (window as unknown as { __same: number }).__same = 42; });
     const runId = await launch({ agent: 'gated', task: 'wait for the gate', label: 'gated run' });
-    await page.locator(`tr[data-run="${runId}"]`).waitFor({ timeout: 15_000 });
-    await expect.poll(() => stateOnScreen(runId).textContent(), { timeout: 15_000 }).toBe('running');
+    await page.locator(`tr[data-run="${runId}"]`).waitFor({ timeout: 30_000 });
+    await expect.poll(() => stateOnScreen(runId).textContent(), { timeout: 30_000 }).toBe('running');
     fs.writeFileSync(gate('one'), '');
-    await expect.poll(() => stateOnScreen(runId).textContent(), { timeout: 15_000 }).toBe('completed');
+    await expect.poll(() => stateOnScreen(runId).textContent(), { timeout: 30_000 }).toBe('completed');
     expect(await page.evaluate(() => (window as unknown as { __same?: number }).__same)).toBe(42);
   });
 
@@ -158,10 +158,10 @@ describe.skipIf(skipWithout('chromium', hasChromium()))('the dashboard in a real
     const runId = await launch({ chain: [{ agent: 'echo', task: 'first step' }, { agent: 'sleeper', task: 'second step' }], label: 'a chain' });
     await page.goto(`${ui.base}/#/run/${runId}`);
     const bar = page.locator('.tl-row[data-key="1"] .bar');
-    await expect.poll(() => bar.getAttribute('class'), { timeout: 15_000 }).toContain('s-running');
+    await expect.poll(() => bar.getAttribute('class'), { timeout: 30_000 }).toContain('s-running');
     const width = async () => (await bar.boundingBox())?.width ?? 0;
     const w1 = await width();
-    await expect.poll(width, { timeout: 15_000 }).toBeGreaterThan(w1 + 2);
+    await expect.poll(width, { timeout: 30_000 }).toBeGreaterThan(w1 + 2);
     await shot('run-page');
     await cli(['cancel', runId], { SUBAGENTS_HOME: t.home });
   });
@@ -169,11 +169,11 @@ describe.skipIf(skipWithout('chromium', hasChromium()))('the dashboard in a real
   it('follows a running step\'s output on its run page', async () => {
     const runId = await launch({ agent: 'gated-two', task: 'print, wait, print' });
     await page.goto(`${ui.base}/#/run/${runId}`);
-    await expect.poll(() => page.locator('pre.output').textContent(), { timeout: 15_000 }).toBe('first\n');
+    await expect.poll(() => page.locator('pre.output').textContent(), { timeout: 30_000 }).toBe('first\n');
     expect(await page.locator('h2.title .badge').textContent()).toBe('running');
     fs.writeFileSync(gate('two'), '');
-    await expect.poll(() => page.locator('pre.output').textContent(), { timeout: 15_000 }).toBe('first\nsecond\n');
-    await expect.poll(() => page.locator('h2.title .badge').textContent(), { timeout: 15_000 }).toBe('completed');
+    await expect.poll(() => page.locator('pre.output').textContent(), { timeout: 30_000 }).toBe('first\nsecond\n');
+    await expect.poll(() => page.locator('h2.title .badge').textContent(), { timeout: 30_000 }).toBe('completed');
   });
 
   it('cancels from the page after a confirmation, and the agent process is gone', async () => {
@@ -190,15 +190,15 @@ describe.skipIf(skipWithout('chromium', hasChromium()))('the dashboard in a real
     await page.locator('#act-cancel').focus();
     await page.keyboard.press('Enter');
     await page.locator('#confirm-yes').click();
-    await expect.poll(() => page.locator('h2.title .badge').textContent(), { timeout: 20_000 }).toBe('cancelled');
-    expect(await until(() => procIdentity(pid!) === null, 10_000)).toBe(true);
+    await expect.poll(() => page.locator('h2.title .badge').textContent(), { timeout: 30_000 }).toBe('cancelled');
+    expect(await until(() => procIdentity(pid!) === null, 30_000)).toBe(true);
   });
 
   it('shows an agent that prints HTML as text, and a label as text; dismisses after a confirmation', async () => {
     const runId = await launch({ agent: 'html', task: 'x', label: '<i id="lbl">label</i>' });
     await waitTerminal(s, runId);
     await page.goto(`${ui.base}/#/run/${runId}`);
-    await expect.poll(() => page.locator('pre.output').textContent(), { timeout: 15_000 }).toContain('<script>window.__pwned=1</script>');
+    await expect.poll(() => page.locator('pre.output').textContent(), { timeout: 30_000 }).toContain('<script>window.__pwned=1</script>');
     expect(await page.locator('#bold').count()).toBe(0);
     expect(await page.locator('#lbl').count()).toBe(0);
     expect(await page.locator('h2.title').textContent()).toContain('<i id="lbl">label</i>');
@@ -206,13 +206,13 @@ describe.skipIf(skipWithout('chromium', hasChromium()))('the dashboard in a real
     // Dismiss, confirmed: the run leaves the tree, and comes back with "dismissed" ticked.
     await page.locator('#act-dismiss').click();
     await page.locator('#confirm-yes').click();
-    await expect.poll(() => page.locator('#act-dismiss').count(), { timeout: 15_000 }).toBe(0);
+    await expect.poll(() => page.locator('#act-dismiss').count(), { timeout: 30_000 }).toBe(0);
     expect(fs.existsSync(path.join(t.home, 'runs', runId, 'dismissed.json'))).toBe(true);
     await page.locator('a.back').click();
     await page.locator('table.runs').waitFor();
     expect(await page.locator(`tr[data-run="${runId}"]`).count()).toBe(0);
     await page.locator('#all').check();
-    await page.locator(`tr[data-run="${runId}"]`).waitFor({ timeout: 15_000 });
+    await page.locator(`tr[data-run="${runId}"]`).waitFor({ timeout: 30_000 });
     await page.locator('#all').uncheck();
   });
 

@@ -50,14 +50,23 @@ export function redisReason(e: unknown): string {
 
 /**
  * Resolves once the client is connected (starting a lazy one), within the caller's bound: commands are never queued
- * while Redis is away (no offline queue), so a call that answered BUSY can never take effect later.
+ * while Redis is away (no offline queue), so a call that answered BUSY can never take effect later. Rejects with the
+ * error of the first connection attempt that fails after the call began (a refused connection is answered BUSY at
+ * once, naming the refusal, not at the end of the bound): the error of an attempt that had failed before is not
+ * taken, since Redis may have come back since.
  */
 export async function ready(r: Redis): Promise<void> {
   if (r.status === 'ready') return;
   if (r.status === 'wait') r.connect().catch(() => {});
-  await new Promise<void>((resolve) => {
-    const done = () => { r.off('ready', done); resolve(); };
+  await new Promise<void>((resolve, reject) => {
+    let attempting = r.status === 'connecting' || r.status === 'connect';
+    const off = () => { r.off('ready', done); r.off('error', failed); r.off('connecting', started); };
+    const done = () => { off(); resolve(); };
+    const failed = (e: unknown) => { if (attempting) { off(); reject(e); } };
+    const started = () => { attempting = true; };
     r.on('ready', done);
+    r.on('error', failed);
+    r.on('connecting', started);
     if (r.status === 'ready') done();
   });
 }
