@@ -4,6 +4,7 @@
  * and asserts the same answers (docs/scale-out.md: "What a run is does not change").
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { CallToolResultSchema, CreateTaskResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -25,6 +26,9 @@ function writeAgents(home: string, gate: string): void {
   writeAgent(dir, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
   writeAgent(dir, 'fails', { backend: 'command', command: ['node', FAKE, 'exit', '3'] });
   writeAgent(dir, 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
+  writeAgent(dir, 'held', { backend: 'command', command: ['node', FAKE, 'gate', `${gate}-held`] });
+  writeAgent(dir, 'held2', { backend: 'command', command: ['node', FAKE, 'gate', `${gate}-held2`] });
+  writeAgent(dir, 'held3', { backend: 'command', command: ['node', FAKE, 'gate', `${gate}-held3`] });
 }
 
 let redis: RedisInstance;
@@ -395,4 +399,192 @@ describe.skipIf(skipped).each(['local', 'redis'] as const)('the contract in %s m
     const created = v.runs.map((x: { createdAt: string }) => x.createdAt);
     expect([...created].sort().reverse()).toEqual(created);
   });
+  /** The run's step states, a group's as its members' states. */
+  const shape = (fin: { steps: Array<{ state: string; members?: Array<{ state: string }> }> }) =>
+    fin.steps.map((x) => (x.members ? { group: x.state, members: x.members.map((m) => m.state) } : x.state));
+  /** Waits until the run's first step (or first group member) is running with its agent's pid. */
+  const untilRunning = async (runId: string) => {
+    for (let i = 0; i < 60; i++) {
+      const v = sc(await s().call('status', { runId, waitMs: 2000 }));
+      const first = v.steps[0].members ? v.steps[0].members[0] : v.steps[0];
+      if (v.state === 'running' && first.state === 'running' && first.pid) return v;
+    }
+    throw new Error(`run ${runId} never started`);
+  };
+  const release = (name: string) => fs.writeFileSync(path.join(t.base, `gate-${mode}-${name}`), '');
+
+  it('appends run after the queued steps in acceptance order, each with {previous}; stepIndex and pendingAppends follow', async () => {
+    const runId = sc(await s().call('launch', { chain: [{ agent: 'held', task: 'a' }, { agent: 'echo', task: 'b<{previous}' }] })).runId as string;
+    await untilRunning(runId);
+    const one = await s().call('append', { runId, step: { agent: 'echo', task: 'c<{previous}' } });
+    expect(one.isError, textOf(one)).toBeFalsy();
+    expect(sc(one)).toMatchObject({ runId, stepIndex: 2, pendingAppends: 1 });
+    const two = await s().call('append', { runId, step: { agent: 'echo', task: 'd<{previous}' } });
+    expect(sc(two)).toMatchObject({ runId, stepIndex: 3, pendingAppends: 2 });
+    sameInBothModes('append answer', textOf(two).replaceAll(runId, '<runId>').replaceAll(sc(two).sessionId ?? '', '<sessionId>'));
+    release('held');
+    const fin = await waitTerminal(s(), runId, 60_000);
+    expect(fin.state).toBe('completed');
+    expect(fin.output.text).toBe('d<c<b<a');
+    expect(shape(fin)).toEqual(['completed', 'completed', 'completed', 'completed']);
+  }, 90_000);
+
+  it('accepted appends of a run that is then cancelled show as skipped', async () => {
+    const runId = sc(await s().call('launch', { chain: [{ agent: 'sleeper', task: 'x' }] })).runId as string;
+    await untilRunning(runId);
+    const a = await s().call('append', { runId, step: { agent: 'echo', task: 'never' } });
+    expect(a.isError, textOf(a)).toBeFalsy();
+    await s().call('cancel', { runId });
+    const fin = await waitTerminal(s(), runId, 30_000);
+    expect(fin.state).toBe('cancelled');
+    expect(shape(fin)).toEqual(['cancelled', 'skipped']);
+  }, 90_000);
+
+  it('accepted appends of a chain whose step fails are skipped; the run fails STEP_FAILED with the failed step\'s output', async () => {
+    const runId = sc(await s().call('launch', { chain: [{ agent: 'held2', task: 'a' }, { agent: 'fails', task: 'x' }, { agent: 'echo', task: 'never' }] })).runId as string;
+    await untilRunning(runId);
+    expect((await s().call('append', { runId, step: { agent: 'echo', task: 'never either' } })).isError).toBeFalsy();
+    release('held2');
+    const fin = await waitTerminal(s(), runId, 60_000);
+    expect(fin.state).toBe('failed');
+    expect(fin.error.code).toBe('STEP_FAILED');
+    expect(shape(fin)).toEqual(['completed', 'failed', 'skipped', 'skipped']);
+    sameInBothModes('failed chain output', fin.output.text);
+    sameInBothModes('failed chain error', fin.error.message.replaceAll(runId, '<runId>'));
+  }, 90_000);
+
+  it('failFast in a chain\'s group: the group fails at once, its running member is cancelled, the chain stops', async () => {
+    const r = await s().call('launch', { chain: [{ parallel: [{ agent: 'sleeper', task: 'x' }, { agent: 'fails', task: 'y' }], failFast: true }, { agent: 'echo', task: 'never' }] });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    const fin = await waitTerminal(s(), sc(r).runId, 60_000);
+    expect(fin.state).toBe('failed');
+    expect(shape(fin)).toEqual([{ group: 'failed', members: ['cancelled', 'failed'] }, 'skipped']);
+    sameInBothModes('failFast error code', fin.error.code);
+  }, 90_000);
+
+  it('cancel mid-group: running members cancelled, unstarted skipped, later steps skipped', async () => {
+    const r = await s().call('launch', { chain: [{ parallel: [{ agent: 'sleeper', task: '1' }, { agent: 'sleeper', task: '2' }, { agent: 'sleeper', task: '3' }], concurrency: 2 }, { agent: 'echo', task: 'never' }] });
+    const runId = sc(r).runId as string;
+    for (let i = 0; i < 60; i++) {
+      const v = sc(await s().call('status', { runId, waitMs: 2000 }));
+      if (v.steps[0].members.filter((m: { state: string; pid?: number }) => m.state === 'running' && m.pid).length === 2) break;
+    }
+    await s().call('cancel', { runId });
+    const fin = await waitTerminal(s(), runId, 30_000);
+    expect(fin.state).toBe('cancelled');
+    expect(shape(fin)).toEqual([{ group: 'cancelled', members: ['cancelled', 'cancelled', 'skipped'] }, 'skipped']);
+  }, 90_000);
+
+  it('a parallel run: without failFast every member runs and the run fails if one failed; a parallel-only chain answers the joined text', async () => {
+    const r = await s().call('launch', { tasks: [{ agent: 'echo', task: 'p1' }, { agent: 'fails', task: 'x' }, { agent: 'echo', task: 'p3' }] });
+    const fin = await waitTerminal(s(), sc(r).runId, 60_000);
+    expect(fin.state).toBe('failed');
+    expect(fin.steps.map((x: { state: string }) => x.state)).toEqual(['completed', 'failed', 'completed']);
+    sameInBothModes('parallel failed', { code: fin.error.code, outputs: fin.steps.map((x: { output: { text: string } }) => x.output.text) });
+    const c = await s().call('launch', { chain: [{ parallel: [{ agent: 'echo', task: 'g1' }, { agent: 'echo', task: 'g2' }] }] });
+    const done = await waitTerminal(s(), sc(c).runId, 60_000);
+    expect(done.state).toBe('completed');
+    sameInBothModes('parallel-only chain output', done.output.text);
+  }, 90_000);
+
+  it('whole-run limits: a chain over its timeoutMs cancels its running step and skips the rest; a parallel run skips its unstarted members', async () => {
+    const chain = await s().call('launch', { chain: [{ agent: 'sleeper', task: 'x' }, { agent: 'echo', task: 'never' }], timeoutMs: 1500 });
+    const fin = await waitTerminal(s(), sc(chain).runId, 60_000);
+    expect(fin.state).toBe('failed');
+    expect(fin.error.code).toBe('TIMEOUT');
+    sameInBothModes('chain over its limit', shape(fin));
+    const par = await s().call('launch', { tasks: [{ agent: 'sleeper', task: '1' }, { agent: 'sleeper', task: '2' }, { agent: 'sleeper', task: '3' }], concurrency: 2, timeoutMs: 1500 });
+    const pfin = await waitTerminal(s(), sc(par).runId, 60_000);
+    expect(pfin.state).toBe('failed');
+    expect(pfin.error.code).toBe('TIMEOUT');
+    expect(pfin.steps.map((x: { state: string }) => x.state).sort()).toEqual(['cancelled', 'cancelled', 'skipped']);
+  }, 90_000);
+
+  it('tasks: over 1 MiB refused INVALID_INPUT with the same text; one starting with -- reaches the agent verbatim', async () => {
+    sameInBothModes('task over 1 MiB', await refused('launch', { agent: 'echo', task: 'x'.repeat(2 * 1024 * 1024) }, 'INVALID_INPUT'));
+    const r = await s().call('launch', { agent: 'echo', task: '--help --version -rf' });
+    const fin = await waitTerminal(s(), sc(r).runId, 60_000);
+    expect(fin.output.text).toBe('--help --version -rf');
+  }, 90_000);
+
+  it('a queued run past its queueTimeoutMs ends failed/QUEUE_TIMEOUT; dismiss { cancel } of a queued run cancels it', async () => {
+    const env: Record<string, string> = { SUBAGENTS_HOME: homes[mode], SUBAGENTS_ROOTS: t.root, SUBAGENTS_MAX_ACTIVE_RUNS: '1', SUBAGENTS_KILL_GRACE_MS: '1000' };
+    if (mode === 'redis') env.SUBAGENTS_REDIS_URL = redis.url;
+    const one = await startServer(env);
+    extra.push(one);
+    const holder = sc(await one.call('launch', { agent: 'sleeper', task: 'holds the slot' })).runId as string;
+    const late = await one.call('launch', { agent: 'echo', task: 'waits too long', queueTimeoutMs: 1000 });
+    expect(sc(late).state).toBe('queued');
+    const fin = await waitTerminal(one, sc(late).runId, 60_000);
+    expect(fin.state).toBe('failed');
+    expect(fin.error.code).toBe('QUEUE_TIMEOUT');
+    const queued = sc(await one.call('launch', { agent: 'echo', task: 'dismissed while queued' })).runId as string;
+    const d = await one.call('dismiss', { runId: queued, cancel: true });
+    expect(d.isError, textOf(d)).toBeFalsy();
+    expect(sc(d)).toMatchObject({ runId: queued, state: 'cancelled', dismissed: true, cancelled: true });
+    await one.call('cancel', { runId: holder });
+    await waitTerminal(one, holder, 30_000);
+  }, 90_000);
+
+  it('another session sees none of this session\'s runs: every tool answers as for a run that does not exist', async () => {
+    const runId = sc(await s().call('launch', { agent: 'echo', task: 'mine only' })).runId as string;
+    await waitTerminal(s(), runId, 60_000);
+    const env: Record<string, string> = { SUBAGENTS_HOME: homes[mode], SUBAGENTS_ROOTS: t.root };
+    if (mode === 'redis') env.SUBAGENTS_REDIS_URL = redis.url;
+    const other = await startServer(env);
+    extra.push(other);
+    const ghost = 'r-doesnotexist000000000000';
+    const calls: Array<[string, (id: string) => Record<string, unknown>]> = [
+      ['status', (id) => ({ runId: id })], ['cancel', (id) => ({ runId: id })], ['dismiss', (id) => ({ runId: id })],
+      ['append', (id) => ({ runId: id, step: { agent: 'echo', task: 'x' } })],
+    ];
+    for (const [tool, args] of calls) {
+      const theirs = await other.call(tool, args(runId));
+      const none = await other.call(tool, args(ghost));
+      expect(theirs.isError, tool).toBe(true);
+      expect(textOf(theirs).replaceAll(runId, '<id>'), tool).toBe(textOf(none).replaceAll(ghost, '<id>'));
+    }
+    await expect(other.client.readResource({ uri: `subagents://runs/${runId}` })).rejects.toThrow(/RUN_NOT_FOUND|not found/i);
+    expect((await other.client.listResources()).resources.map((x) => x.uri)).not.toContain(`subagents://runs/${runId}`);
+    expect(sc(await s().call('status', { runId })).state).toBe('completed');
+  }, 90_000);
+
+  it('MCP Tasks: create → get → list → cancel → result, a failed run is a failed task, another session sees none', async () => {
+    const env: Record<string, string> = { SUBAGENTS_HOME: homes[mode], SUBAGENTS_ROOTS: t.root, SUBAGENTS_KILL_GRACE_MS: '1000' };
+    if (mode === 'redis') env.SUBAGENTS_REDIS_URL = redis.url;
+    const ts = await startServer(env, { capabilities: { tasks: { list: {}, cancel: {} } } });
+    extra.push(ts);
+    await ts.client.listTools();
+    const tasks = ts.client.experimental.tasks;
+    const createTask = (args: Record<string, unknown>) =>
+      ts.client.request({ method: 'tools/call', params: { name: 'launch', arguments: args, task: { ttl: 60_000 } } }, CreateTaskResultSchema);
+    const created = await createTask({ agent: 'sleeper', task: 'wait for a cancel' });
+    const taskId = created.task.taskId;
+    expect(created.task).toMatchObject({ status: 'working', ttl: null });
+    expect(await tasks.getTask(taskId)).toMatchObject({ taskId, status: 'working' });
+    expect((await tasks.listTasks()).tasks.map((x) => x.taskId)).toContain(taskId);
+    const cancelled = await tasks.cancelTask(taskId);
+    expect(cancelled).toMatchObject({ taskId, status: 'cancelled' });
+    expect(cancelled.statusMessage).toMatch(/^CANCELLED: /);
+    const r = await tasks.getTaskResult(taskId, CallToolResultSchema);
+    expect(sc(r as never)).toMatchObject({ runId: taskId, state: 'cancelled', error: { code: 'CANCELLED' } });
+    await expect(tasks.cancelTask(taskId)).rejects.toThrow(/terminal/);
+
+    const failed = await createTask({ agent: 'fails', task: 'x' });
+    const fr = await tasks.getTaskResult(failed.task.taskId, CallToolResultSchema);
+    expect(sc(fr as never)).toMatchObject({ state: 'failed', error: { code: 'STEP_FAILED' } });
+    const ft = await tasks.getTask(failed.task.taskId);
+    expect(ft.status).toBe('failed');
+    expect(ft.statusMessage).toMatch(/^STEP_FAILED: /);
+
+    const other = await startServer(env, { capabilities: { tasks: { list: {}, cancel: {} } } });
+    extra.push(other);
+    const theirs = other.client.experimental.tasks;
+    await expect(theirs.getTask(taskId)).rejects.toThrow(/Task not found: RUN_NOT_FOUND/);
+    await expect(theirs.cancelTask(failed.task.taskId)).rejects.toThrow(/Task not found/);
+    expect((await theirs.listTasks()).tasks).toEqual([]);
+    const other2 = await other.client.request({ method: 'tools/call', params: { name: 'status', arguments: {}, task: {} } }, CreateTaskResultSchema).catch((e: unknown) => e);
+    expect(other2).toBeInstanceOf(McpError);
+    expect((other2 as McpError).message).toMatch(/Only launch runs as a task/);
+  }, 90_000);
 });
