@@ -7,7 +7,7 @@ import path from 'node:path';
 import { writeFileAtomic } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
 import { RunPaths } from '../store/layout.js';
-import { selfIdentity } from '../process/identity.js';
+import { selfIdentity, supervisorOf } from '../process/identity.js';
 import { waitUntil } from '../wait.js';
 import { claimStartQuickly } from './claim-start.js';
 import { adoptRun, awaitWarmClaim } from './warm-idle.js';
@@ -53,6 +53,7 @@ async function warmStart(warmDir: string): Promise<{ runDir: string; supervisor:
     warmDir, me: selfIdentity(), build: process.env.SUBAGENTS_WARM_BUILD ?? '', bootLog,
     idleMs: Number(process.env.SUBAGENTS_WARM_IDLE_MS) || 300_000,
     claimWaitMs: Number(process.env.SUBAGENTS_WARM_CLAIM_MS) || 10_000,
+    owner: supervisorOf(process.env),
     prepare: async () => {
       const loaded = await loadSupervisor(warmDir);
       supervisor = loaded.exports;

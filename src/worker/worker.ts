@@ -14,6 +14,7 @@ import { isSubagentError } from '../errors.js';
 import { cancelRun } from '../manager/cancel.js';
 import { launch, type ChainEntryInput, type LaunchInput } from '../manager/launch.js';
 import { appendStep } from '../manager/append.js';
+import { startWarmPool } from '../manager/warm-pool.js';
 import { connect } from '../store/redis/connection.js';
 import type { LaunchJob } from '../store/redis/job.js';
 import { channels, queueName } from '../store/redis/keys.js';
@@ -46,6 +47,8 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
   const home = workerHome(o.home);
   const roots = o.roots.map((r) => path.resolve(r));
   const local = localContext(settings, home, roots, log);
+  // Pre-booted runners take each job's run as they do a local server's launch (docs/architecture.md, "Warm runners").
+  const stopWarmPool = startWarmPool(local);
   const capBytes = settings.sources.maxOutputBytes === 'default' ? DEFAULT_REDIS_OUTPUT_BYTES : settings.maxOutputBytes;
   const runs = new RedisRuns(connect(url, { name: 'subagents-worker' }));
   const sub = connect(url, { blocking: true, name: 'subagents-worker-cancel' });
@@ -166,6 +169,7 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
         await closing;
       }
       clearInterval(beating);
+      stopWarmPool();
       await runs.forgetWorker(id).catch(() => {});
       sub.disconnect();
       jobsConnection.disconnect();

@@ -340,7 +340,8 @@ suite('queue, load sharing and faults', () => {
     // The runner saw its worker die, stopped its agent and exited.
     const gone = (pid: number) => { try { return /\) Z /.test(fs.readFileSync(`/proc/${pid}/stat`, 'utf8')); } catch { return true; } };
     await until(() => gone(agentPid), 20_000, 'the dead worker\'s agent gone');
-    await until(() => pidsMentioning(doomed.home).length === 0, 20_000, 'the dead worker\'s runner gone');
+    // Its idle warm runners too: they retire when their worker dies (runner/warm-idle.ts).
+    await until(() => pidsMentioning(doomed.home).length === 0, 20_000, 'the dead worker\'s runners gone');
     // Never run twice: the surviving worker never held it.
     const c = connect(redis.url, { blocking: true });
     try {
