@@ -175,12 +175,7 @@ export async function readResource(ctx: ManagerContext, uri: string): Promise<Re
   }
   if (p.part === 'events') {
     const page = readPage((o, l) => readFileBytes(paths.events, o, l), offset, length, true);
-    // Readers skip torn or garbled lines (docs/contract.md, invariant 6).
-    const text = page.text.split('\n').filter((line) => {
-      if (line.trim() === '') return false;
-      try { const v = JSON.parse(line) as unknown; return typeof v === 'object' && v !== null && !Array.isArray(v); } catch { return false; }
-    }).join('\n');
-    return { contents: [pagedContent(uri, 'application/x-ndjson', { ...page, text }, length)] };
+    return { contents: [pagedContent(uri, 'application/x-ndjson', { ...page, text: eventLines(page.text) }, length)] };
   }
   if (p.part === 'step' || p.part === 'patch') {
     const status = await freshStatus(ctx, runId);
@@ -190,6 +185,14 @@ export async function readResource(ctx: ManagerContext, uri: string): Promise<Re
   }
   const file = p.part === 'step' ? paths.output(p.stepKey!) : p.part === 'patch' ? paths.patch(p.stepKey!) : paths.runOutput;
   return { contents: [pagedContent(uri, p.part === 'patch' ? 'text/x-diff' : 'text/plain', readPage((o, l) => readFileBytes(file, o, l), offset, length, false), length)] };
+}
+
+/** A page of events as served: whole JSON objects, one a line; readers skip torn or garbled lines and blank ones (docs/contract.md, invariant 6). */
+function eventLines(text: string): string {
+  return text.split('\n').filter((line) => {
+    if (line.trim() === '') return false;
+    try { const v = JSON.parse(line) as unknown; return typeof v === 'object' && v !== null && !Array.isArray(v); } catch { return false; }
+  }).join('\n');
 }
 
 /** Distributed mode: the same resources, read from Redis (docs/scale-out.md, "What lives in Redis"). */
@@ -208,7 +211,8 @@ async function readDistributedResource(ctx: ManagerContext, d: NonNullable<Manag
     const part = p.part === 'step' ? { step: p.stepKey! } : p.part;
     const got = await d.readBytes(ctx, p.runId, part, offset, length + 3);
     const page = readPage(() => got, offset, length, p.part === 'events');
-    return { contents: [pagedContent(uri, p.part === 'events' ? 'application/x-ndjson' : 'text/plain', page, length)] };
+    if (p.part === 'events') return { contents: [pagedContent(uri, 'application/x-ndjson', { ...page, text: eventLines(page.text) }, length)] };
+    return { contents: [pagedContent(uri, 'text/plain', page, length)] };
   } catch (e) {
     if (e instanceof SubagentError && e.code === 'RUN_NOT_FOUND') throw notFound(uri);
     throw e;

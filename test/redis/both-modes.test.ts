@@ -26,6 +26,7 @@ function writeAgents(home: string, gate: string): void {
   writeAgent(dir, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
   writeAgent(dir, 'fails', { backend: 'command', command: ['node', FAKE, 'exit', '3'] });
   writeAgent(dir, 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
+  writeAgent(dir, 'flood', { backend: 'command', command: ['node', FAKE, 'flood', '4500000'] });
   writeAgent(dir, 'held', { backend: 'command', command: ['node', FAKE, 'gate', `${gate}-held`] });
   writeAgent(dir, 'held2', { backend: 'command', command: ['node', FAKE, 'gate', `${gate}-held2`] });
   writeAgent(dir, 'held3', { backend: 'command', command: ['node', FAKE, 'gate', `${gate}-held3`] });
@@ -587,4 +588,48 @@ describe.skipIf(skipped).each(['local', 'redis'] as const)('the contract in %s m
     expect(other2).toBeInstanceOf(McpError);
     expect((other2 as McpError).message).toMatch(/Only launch runs as a task/);
   }, 90_000);
+  it('resources: output over 4 MiB paged along _meta.next, offsets and lengths, multi-byte text never split, events as JSON lines', async () => {
+    const text = (r: { contents: unknown[] }) => (r.contents[0] as { text: string }).text;
+    const meta = (r: { contents: unknown[] }) => (r.contents[0] as { _meta: { offset: number; bytes: number; next?: string } })._meta;
+    const readAll = async (uri: string) => {
+      const pages: string[] = [];
+      for (let next: string | undefined = uri; next; ) {
+        const r = await s().client.readResource({ uri: next });
+        pages.push(text(r));
+        expect(meta(r).next).not.toBe(next);
+        next = meta(r).next;
+        if (pages.length > 10_000) throw new Error('paging does not advance');
+      }
+      return pages;
+    };
+    const flood = sc(await s().call('launch', { agent: 'flood', task: 'x' })).runId as string;
+    const MULTI = 'aé€😀'.repeat(25) + '\nend';
+    const multi = sc(await s().call('launch', { agent: 'echo', task: MULTI })).runId as string;
+    for (const id of [flood, multi]) expect((await waitTerminal(s(), id, 60_000)).state).toBe('completed');
+    const uri = `subagents://runs/${flood}/output`;
+    const pages = await readAll(uri);
+    expect(pages.map((p) => Buffer.byteLength(p))).toEqual([4 * 1024 * 1024, 4_500_000 - 4 * 1024 * 1024]);
+    const step = await readAll(`subagents://runs/${flood}/steps/0/output?offset=4000000`);
+    expect(step.join('')).toBe(pages.join('').slice(4_000_000));
+    const head = await s().client.readResource({ uri: `${uri}?length=100` });
+    expect(meta(head)).toMatchObject({ offset: 0, bytes: 4_500_000, next: `${uri}?offset=100&length=100` });
+    const past = await s().client.readResource({ uri: `${uri}?offset=9999999` });
+    expect(text(past)).toBe('');
+    expect(meta(past).next).toBeUndefined();
+    for (const length of [1, 3, 7, 1000]) {
+      const parts = await readAll(`subagents://runs/${multi}/output?length=${length}`);
+      expect(parts.join('')).toBe(MULTI);
+      expect(parts.some((p) => p.includes('\uFFFD'))).toBe(false);
+    }
+    const inside = await s().client.readResource({ uri: `subagents://runs/${multi}/output?offset=2&length=6` });
+    sameInBothModes('offset inside a character', { offset: meta(inside).offset, text: text(inside) });
+    const events = text(await s().client.readResource({ uri: `subagents://runs/${multi}/events` }));
+    const lines = events.split('\n');
+    expect(lines.length).toBeGreaterThan(1);
+    for (const line of lines) expect(typeof JSON.parse(line).type).toBe('string');
+    const evPages = await readAll(`subagents://runs/${multi}/events?length=${Math.ceil(Buffer.byteLength(events) / 2)}`);
+    expect(evPages.join('\n')).toBe(events);
+    const status = JSON.parse(text(await s().client.readResource({ uri: `subagents://runs/${multi}` })));
+    expect(status).toMatchObject({ runId: multi, state: 'completed', output: { text: MULTI } });
+  }, 120_000);
 });
