@@ -103,7 +103,7 @@ function capacityRefusal(ctx: ManagerContext, counts: string): SubagentError {
  * The bind's ledger write is done while the runner boots, to the identity of the process we started; the ready
  * report must name that same identity before the bind counts and proceed is sent (docs/architecture.md, "Launch").
  */
-export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signal: AbortSignal; onProgress?: (phase: string) => void }): Promise<LaunchResult> {
+export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signal: AbortSignal; onProgress?: (phase: string) => void; treeLimits?: RunRecord['limits'] }): Promise<LaunchResult> {
   if (ctx.distributed) return ctx.distributed.launch(ctx, input);
   const { settings } = ctx;
   if (process.platform === 'win32') throw new SubagentError('PLATFORM_UNSUPPORTED', 'launch needs Linux or macOS (process groups and detached runners); agents and doctor work on Windows.');
@@ -118,7 +118,8 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   if (ctx.nesting && !nesting) throw new SubagentError('RUN_NOT_ACTIVE', 'the step that started this server has ended; nothing can be launched from it any more.');
   const parentRecord = nesting ? ctx.store.readRecord(nesting.parentRunId) : null;
   const rootRecord = nesting ? ctx.store.readRecord(nesting.rootRunId) : null;
-  const limits = rootRecord ? rootRecord.limits : { maxSpawns: settings.maxSpawnsPerRun, maxDepth: settings.maxDepth };
+  // A distributed worker's run keeps the budgets of the server that accepted it (docs/scale-out.md, "Capacity across machines").
+  const limits = rootRecord ? rootRecord.limits : o.treeLimits ?? { maxSpawns: settings.maxSpawnsPerRun, maxDepth: settings.maxDepth };
   const depth = parentRecord ? parentRecord.depth + 1 : 0;
   if (depth + 1 > limits.maxDepth) {
     throw new SubagentError('DEPTH_EXCEEDED', `this run tree allows agents to depth ${limits.maxDepth} and a launch from here would start agents at depth ${depth + 1}; do the work in this agent instead of delegating.`);

@@ -102,7 +102,7 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
     try {
       let started;
       try {
-        started = await launch(local, input, { signal: new AbortController().signal });
+        started = await launch(local, input, { signal: new AbortController().signal, ...(job.treeLimits ? { treeLimits: job.treeLimits } : {}) });
       } catch (e) {
         const why = isSubagentError(e) ? e.text : 'the local launch failed';
         await fail(job.runId, `on worker ${host} (${id}): ${why.slice(0, 400)}`);

@@ -26,6 +26,9 @@ function writeAgents(home: string, gate: string): void {
   writeAgent(dir, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
   writeAgent(dir, 'fails', { backend: 'command', command: ['node', FAKE, 'exit', '3'] });
   writeAgent(dir, 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
+  writeAgent(dir, 'peers3', { backend: 'command', command: ['node', FAKE, 'peers', `${gate}-peers3`] });
+  writeAgent(dir, 'peers4', { backend: 'command', command: ['node', FAKE, 'peers', `${gate}-peers4`] });
+  writeAgent(dir, 'flood20k', { backend: 'command', command: ['node', FAKE, 'flood', '20000'] });
   writeAgent(dir, 'flood', { backend: 'command', command: ['node', FAKE, 'flood', '4500000'] });
   writeAgent(dir, 'held', { backend: 'command', command: ['node', FAKE, 'gate', `${gate}-held`] });
   writeAgent(dir, 'held2', { backend: 'command', command: ['node', FAKE, 'gate', `${gate}-held2`] });
@@ -632,4 +635,91 @@ describe.skipIf(skipped).each(['local', 'redis'] as const)('the contract in %s m
     const status = JSON.parse(text(await s().client.readResource({ uri: `subagents://runs/${multi}` })));
     expect(status).toMatchObject({ runId: multi, state: 'completed', output: { text: MULTI } });
   }, 120_000);
+  it('a parallel run never runs more members than its concurrency and does run that many at once (3, and 4 by default)', async () => {
+    const maxSeen = (dir: string) => fs.readdirSync(dir).filter((n) => n.endsWith('.max')).map((n) => Number(fs.readFileSync(path.join(dir, n), 'utf8')));
+    for (const [agent, width, concurrency] of [['peers3', 3, 3], ['peers4', 4, undefined]] as const) {
+      const tasks = Array.from({ length: width + 2 }, (_, j) => ({ agent, task: JSON.stringify(j < width ? { target: width } : { target: 1, lingerMs: 100 }) }));
+      const l = await s().call('launch', { tasks, ...(concurrency ? { concurrency } : {}) });
+      expect(l.isError, textOf(l)).toBeFalsy();
+      expect(sc(l).fanout).toEqual({ used: width + 2, limit: 64, remaining: 62 - width });
+      const fin = await waitTerminal(s(), sc(l).runId, 60_000);
+      expect(fin.state).toBe('completed');
+      const seen = maxSeen(path.join(t.base, `gate-${mode}-${agent}`));
+      expect(seen).toHaveLength(width + 2);
+      expect(Math.max(...seen)).toBe(width);
+    }
+  }, 90_000);
+
+  it('outputBytes bounds inline output per member and for the run, with the real byte counts', async () => {
+    const l = await s().call('launch', { tasks: [{ agent: 'flood20k', task: 'x' }, { agent: 'echo', task: 'small' }] });
+    await waitTerminal(s(), sc(l).runId, 60_000);
+    const v = sc(await s().call('status', { runId: sc(l).runId, outputBytes: 1024 }));
+    expect(v.state).toBe('completed');
+    const [big, small] = v.steps;
+    expect(big.output.bytes).toBe(20000);
+    expect(big.output.truncated).toBe(true);
+    expect(Buffer.byteLength(big.output.text)).toBeLessThan(1024);
+    expect(small.output).toEqual({ text: 'small', bytes: 5, truncated: false });
+    expect(v.output.truncated).toBe(true);
+    expect(v.output.bytes).toBeGreaterThan(20000);
+    expect(Buffer.byteLength(v.output.text)).toBeLessThan(1024);
+    sameInBothModes('outputBytes', { big: big.output, run: { ...v.output, uri: undefined } });
+  }, 90_000);
+
+  it('the tree\'s fan-out budget is claimed at acceptance, all or nothing: FANOUT_EXHAUSTED for a launch or an append that does not fit', async () => {
+    const env: Record<string, string> = { SUBAGENTS_HOME: homes[mode], SUBAGENTS_ROOTS: t.root, SUBAGENTS_MAX_SPAWNS_PER_RUN: '4' };
+    if (mode === 'redis') env.SUBAGENTS_REDIS_URL = redis.url;
+    const s4 = await startServer(env);
+    extra.push(s4);
+    const step = (task: string) => ({ agent: 'echo', task });
+    const tooBig = await s4.call('launch', { chain: [step('a'), { parallel: [step('b'), step('c'), step('d'), step('e')] }] });
+    expect(textOf(tooBig)).toMatch(/^FANOUT_EXHAUSTED: .*4/);
+    sameInBothModes('fan-out launch', textOf(tooBig));
+    const runId = sc(await s4.call('launch', { chain: [{ agent: 'held3', task: 'held' }] })).runId as string;
+    for (let i = 0; i < 60; i++) {
+      const v = sc(await s4.call('status', { runId, waitMs: 2000 }));
+      if (v.state === 'running' && v.steps[0].pid) break;
+    }
+    const big = await s4.call('append', { runId, step: { parallel: [step('1'), step('2'), step('3'), step('4')] } });
+    expect(textOf(big)).toMatch(/^FANOUT_EXHAUSTED: .*3 of 4 .* needs 4/);
+    sameInBothModes('fan-out append', textOf(big).replaceAll(runId, '<runId>'));
+    const fits = await s4.call('append', { runId, step: { parallel: [step('1'), step('2'), step('3')] } });
+    expect(fits.isError, textOf(fits)).toBeFalsy();
+    expect(sc(fits)).toMatchObject({ stepIndex: 1, pendingAppends: 1, fanout: { used: 4, limit: 4, remaining: 0 } });
+    expect(textOf(await s4.call('append', { runId, step: step('5') }))).toMatch(/^FANOUT_EXHAUSTED: .*0 of 4/);
+    release('held3');
+    const fin = await waitTerminal(s4, runId, 60_000);
+    expect(fin.state).toBe('completed');
+    expect(fin.steps[1].members.map((m: { output: { text: string } }) => m.output.text)).toEqual(['1', '2', '3']);
+  }, 90_000);
+
+  it('a first step that fails at once: the run is launched all the same and fails STEP_FAILED (never HANDSHAKE_FAILED)', async () => {
+    for (const args of [{ agent: 'fails', task: 'x' }, { chain: [{ agent: 'fails', task: 'x' }, { agent: 'echo', task: 'y' }] }, { tasks: [{ agent: 'fails', task: 'x' }] }]) {
+      const l = await s().call('launch', args);
+      expect(l.isError, textOf(l)).toBeFalsy();
+      const fin = await waitTerminal(s(), sc(l).runId, 60_000);
+      expect(fin.state).toBe('failed');
+      expect(fin.error.code).toBe('STEP_FAILED');
+    }
+  }, 90_000);
+
+  it('an unknown agent: refused UNKNOWN_AGENT locally; in distributed mode the run fails naming the worker\'s UNKNOWN_AGENT (docs/scale-out.md, "Differences from local mode")', async () => {
+    if (mode === 'local') {
+      const text = await refused('launch', { agent: 'no-such-agent', task: 'x' }, 'UNKNOWN_AGENT');
+      expect(text).toContain('"no-such-agent"');
+      return;
+    }
+    const l = await s().call('launch', { agent: 'no-such-agent', task: 'x' });
+    expect(l.isError, textOf(l)).toBeFalsy();
+    const fin = await waitTerminal(s(), sc(l).runId, 60_000);
+    expect(fin.state).toBe('failed');
+    expect(fin.error.code).toBe('HANDSHAKE_FAILED');
+    expect(fin.error.message).toMatch(/UNKNOWN_AGENT: no agent named "no-such-agent"/);
+  }, 90_000);
+
+  it('tools/list: the same tools, schemas and annotations in both modes', async () => {
+    const { tools } = await s().client.listTools();
+    expect(tools.map((x) => x.name)).toEqual(expect.arrayContaining(['agents', 'append', 'cancel', 'dismiss', 'launch', 'restore', 'status']));
+    sameInBothModes('tools/list', tools);
+  });
 });

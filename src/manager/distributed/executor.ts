@@ -48,6 +48,11 @@ function shapeOf(entries: ChainEntryInput[]): { claims: number; width: number; a
   return { claims, width, agents };
 }
 
+/** The agent starts of a launch's entries, named as local mode names them (src/manager/launch.ts claimPaths). */
+function claimPathsOf(entries: ChainEntryInput[]): string[] {
+  return entries.flatMap((e, i) => ('parallel' in e ? e.parallel.map((m, j) => `step ${i} member ${j} (${m.agent})`) : [`step ${i} (${e.agent})`]));
+}
+
 /** Pending step statuses named after the agents asked for (the worker resolves and freezes them). */
 function pendingSteps(entries: ChainEntryInput[]): StepStatus[] {
   return entries.map((e, i) => newStepStatus(i, ('parallel' in e
@@ -107,7 +112,10 @@ export class DistributedExecutor implements DistributedRuns {
       void this.repair().catch(() => 0);
     }
     if (c.outcome === 'FANOUT') {
-      throw new SubagentError('FANOUT_EXHAUSTED', `this launch would start ${claims} agents and the run tree may start ${settings.maxSpawnsPerRun} in all (SUBAGENTS_MAX_SPAWNS_PER_RUN); ${c.used} are claimed. Launch fewer agents.`);
+      // Local mode's words (src/manager/capacity.ts): which agent start is the first that does not fit.
+      const remaining = settings.maxSpawnsPerRun - c.used;
+      const first = claimPathsOf(entries)[Math.max(0, remaining)] ?? `step ${remaining}`;
+      throw new SubagentError('FANOUT_EXHAUSTED', `the run tree's fan-out budget has ${remaining} of ${settings.maxSpawnsPerRun} agent starts left and this launch needs ${claims}; ${first} does not fit. Use fewer steps, or let the tree finish.`);
     }
     if (c.outcome === 'FULL' || c.outcome === 'QUEUE_FULL') {
       const why = c.outcome === 'FULL'
@@ -119,7 +127,7 @@ export class DistributedExecutor implements DistributedRuns {
     if (ctx.env.SUBAGENTS_TEST_FAULT === 'server-after-accept') process.kill(process.pid, 'SIGKILL');
     const job: LaunchJob = {
       runId, sessionId: ctx.sessionId, input: { ...input, cwd, queue: false }, limit: settings.maxActiveRuns,
-      maxAgents: settings.maxAgents, agentSlots: width,
+      maxAgents: settings.maxAgents, agentSlots: width, treeLimits: record.limits,
     };
     try {
       await this.queue.add(job);

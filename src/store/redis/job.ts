@@ -8,4 +8,6 @@ export interface LaunchJob {
   limit: number;
   maxAgents: number;
   agentSlots: number;
+  /** The run tree's budgets set by the accepting server (SUBAGENTS_MAX_SPAWNS_PER_RUN, SUBAGENTS_MAX_DEPTH). */
+  treeLimits?: { maxSpawns: number; maxDepth: number };
 }
