@@ -1,11 +1,11 @@
 // Distributed mode against local mode, measured in the same run (docs/performance.md, "Distributed mode"):
 //  - launch round trip: launch → status { waitMs, until: "terminal" } answered completed, for an agent that echoes
 //    its task, through a local server and through a server in distributed mode with one worker (concurrency 2);
-//  - steady-state throughput of 1 s agents with 1, 2 and 4 workers of concurrency 2. Each configuration gets WAVES
+//  - steady-state throughput of 1 s agents (/bin/sleep 1) with 1, 2 and 4 workers of concurrency 2. Each configuration gets WAVES
 //    runs per slot, all launched at once (the queue stays full); the rate is taken from the runs' own end times
 //    (`endedAt`) between the end of the first wave and the last end, so the ramp-up (launches, first runner boots,
 //    the first BullMQ pick-ups) is not in it. Compared with the linear ideal (one worker's rate times the number of
-//    workers) and with the slots' ceiling (slots / 1 s). It also prints the machine's CPU busy over the window
+//    workers), and as the share of the slots' time their agents run (agent steps' own start and end). It also prints the machine's CPU busy over the window
 //    (/proc/stat) and CPU time per run: every worker, runner and agent here shares this machine's cores, so a
 //    figure whose window is CPU-bound measures the machine, not the distribution.
 // Starts its own redis-server (the Debian package) on a free loopback port with a temp data dir; never fails on speed.
@@ -56,7 +56,8 @@ function startWorker(n) {
   const home = path.join(h.base, `worker-${n}-${started++}`);
   fs.mkdirSync(home, { mode: 0o700 });
   writeAgent(home, 'echo', { backend: 'command', command: ['node', FAKE_AGENT, 'echo'] });
-  writeAgent(home, 'second', { backend: 'command', command: ['node', FAKE_AGENT, 'sleep', '1000'] });
+  // A true 1 s agent: /bin/sleep costs no CPU of its own, so the figure is the runs' path, not node boots of a fake agent.
+  writeAgent(home, 'second', { backend: 'command', command: ['/bin/sleep', '1'] });
   let log = '';
   const child = spawn(process.execPath, [MAIN_JS, 'worker', '--home', home, '--root', h.root, '--concurrency', '2'], { env: cleanEnv({ SUBAGENTS_REDIS_URL: url }), stdio: ['ignore', 'ignore', 'pipe'] });
   child.stderr.on('data', (c) => { log += c; });
@@ -102,10 +103,16 @@ try {
     const ids = [];
     for (let i = 0; i < runs; i++) ids.push((await dist.call('launch', { agent: 'second', task: String(i) })).structuredContent.runId);
     const ends = [];
+    const agentMs = [];
     for (const runId of ids) {
       for (;;) {
         const st = (await dist.call('status', { runId, waitMs: 30_000, until: 'terminal' })).structuredContent;
-        if (['completed', 'failed', 'cancelled'].includes(st.state)) { if (st.state !== 'completed') throw new Error(`run ${runId} ${st.state}`); ends.push(Date.parse(st.endedAt)); break; }
+        if (['completed', 'failed', 'cancelled'].includes(st.state)) {
+          if (st.state !== 'completed') throw new Error(`run ${runId} ${st.state}`);
+          ends.push(Date.parse(st.endedAt));
+          agentMs.push(Date.parse(st.steps[0].endedAt) - Date.parse(st.steps[0].startedAt));
+          break;
+        }
       }
     }
     const cpu1 = cpuTicks();
@@ -119,7 +126,10 @@ try {
     const busyCores = ((cpu1.busy - cpu0.busy) / (cpu1.total - cpu0.total)) * os.cpus().length;
     const cpuPerRunMs = (tree1 - tree0) / runs;
     const ceiling = (os.cpus().length * 1000) / cpuPerRunMs;
-    note(`redis: steady throughput of 1 s agents, ${count} worker(s) × concurrency 2: ${perSec.toFixed(2)} runs/s (${runs - slots} runs in ${windowS.toFixed(1)} s after the first wave), ${(perSec / (single * count)).toFixed(2)} × linear, ${(perSec / slots).toFixed(2)} of the slots' ceiling (${slots} runs/s); machine CPU ${busyCores.toFixed(2)} of ${os.cpus().length} cores busy; ${cpuPerRunMs.toFixed(0)} ms CPU per run (server, Redis, workers, runners, agents), so this machine's cores carry at most ${ceiling.toFixed(1)} runs/s`);
+    // The share of slot time spent running agents: 1 would be no time between one run's agent and the next's.
+    const agentS = stats(agentMs).median / 1000;
+    const slotUse = (perSec * agentS) / slots;
+    note(`redis: steady throughput of 1 s agents, ${count} worker(s) × concurrency 2: ${perSec.toFixed(2)} runs/s (${runs - slots} runs in ${windowS.toFixed(1)} s after the first wave), ${(perSec / (single * count)).toFixed(2)} × linear, slots busy with agents ${(slotUse * 100).toFixed(0)}% of the time (median agent step ${(agentS * 1000).toFixed(0)} ms); machine CPU ${busyCores.toFixed(2)} of ${os.cpus().length} cores busy; ${cpuPerRunMs.toFixed(0)} ms CPU per run (server, Redis, workers, runners, agents), so this machine's cores carry at most ${ceiling.toFixed(1)} runs/s`);
     await stopWorkers();
   }
   await local.close();
