@@ -412,7 +412,15 @@ export class DistributedExecutor implements DistributedRuns {
     if (isTerminalRun(run.status.state)) return answer(run);
     // A job no worker holds is removed from the queue and the run ends here; a held one is the worker's to stop.
     if (run.status.state === 'queued' || run.status.state === 'starting') {
-      const removed = await this.queue.remove(runId);
+      let removed = await this.queue.remove(runId);
+      // A job whose run has no slot yet is offered to a worker and put back every 250 ms (src/worker/worker.ts): it is
+      // locked only for those few milliseconds, so it is tried again; a job a worker keeps is that worker's to stop.
+      for (let i = 0; removed === 'taken' && run.worker === null && i < 10; i++) {
+        await sleep(50);
+        run = (await this.runs.read(runId)) ?? run;
+        if (isTerminalRun(run.status.state)) return answer(run);
+        if (run.worker === null) removed = await this.queue.remove(runId);
+      }
       if (removed !== 'taken') {
         await this.runs.endRun(endedStatus(run.status, 'cancelled', { code: 'CANCELLED', message: 'cancelled before a worker started it' }));
         return answer((await this.runs.read(runId)) ?? run);
