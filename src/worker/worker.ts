@@ -72,6 +72,7 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
     else {
       try {
         reply = { ok: true, result: await appendStep(local, h.local, req.entry) };
+        await runs.recordAppend(req.runId).catch(() => {}); // status shows it pending until its step starts
       } catch (e) {
         reply = isSubagentError(e) ? { ok: false, code: e.code, message: e.message.split(h.local).join(req.runId) } : { ok: false, code: 'INTERNAL', message: 'the worker could not record the append' };
       }

@@ -4,7 +4,7 @@
  * and asserts the same answers (docs/scale-out.md: "What a run is does not change").
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { CallToolResultSchema, CreateTaskResultSchema, McpError } from '@modelcontextprotocol/sdk/types.js';
+import { CallToolResultSchema, CreateTaskResultSchema, LoggingMessageNotificationSchema, McpError, ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -29,6 +29,9 @@ function writeAgents(home: string, gate: string): void {
   writeAgent(dir, 'peers3', { backend: 'command', command: ['node', FAKE, 'peers', `${gate}-peers3`] });
   writeAgent(dir, 'peers4', { backend: 'command', command: ['node', FAKE, 'peers', `${gate}-peers4`] });
   writeAgent(dir, 'flood20k', { backend: 'command', command: ['node', FAKE, 'flood', '20000'] });
+  writeAgent(dir, 'nap', { backend: 'command', command: ['node', FAKE, 'sleep', '2500'] });
+  writeAgent(dir, 'held4', { backend: 'command', command: ['node', FAKE, 'gate', `${gate}-held4`] });
+  writeAgent(dir, 'held5', { backend: 'command', command: ['node', FAKE, 'gate', `${gate}-held5`] });
   writeAgent(dir, 'flood', { backend: 'command', command: ['node', FAKE, 'flood', '4500000'] });
   writeAgent(dir, 'held', { backend: 'command', command: ['node', FAKE, 'gate', `${gate}-held`] });
   writeAgent(dir, 'held2', { backend: 'command', command: ['node', FAKE, 'gate', `${gate}-held2`] });
@@ -425,6 +428,7 @@ describe.skipIf(skipped).each(['local', 'redis'] as const)('the contract in %s m
     expect(sc(one)).toMatchObject({ runId, stepIndex: 2, pendingAppends: 1 });
     const two = await s().call('append', { runId, step: { agent: 'echo', task: 'd<{previous}' } });
     expect(sc(two)).toMatchObject({ runId, stepIndex: 3, pendingAppends: 2 });
+    expect(sc(await s().call('status', { runId })).pendingAppends).toBe(2);
     sameInBothModes('append answer', textOf(two).replaceAll(runId, '<runId>').replaceAll(sc(two).sessionId ?? '', '<sessionId>'));
     release('held');
     const fin = await waitTerminal(s(), runId, 60_000);
@@ -722,4 +726,99 @@ describe.skipIf(skipped).each(['local', 'redis'] as const)('the contract in %s m
     expect(tools.map((x) => x.name)).toEqual(expect.arrayContaining(['agents', 'append', 'cancel', 'dismiss', 'launch', 'restore', 'status']));
     sameInBothModes('tools/list', tools);
   });
+  it('progress notes only while a status call waits, increasing, and none when a call answers at once', async () => {
+    const arrivals: Array<{ at: number; m: unknown }> = [];
+    const deliver = s().transport.onmessage;
+    s().transport.onmessage = (m, extra) => { arrivals.push({ at: performance.now(), m }); deliver?.(m, extra); };
+    try {
+      const progressOf = (from: number) => arrivals.slice(from).filter((a) => (a.m as { method?: string }).method === 'notifications/progress');
+      // (A launch whose handshake is slow on a loaded machine may note its phase: not asserted here.)
+      const r = await s().call('launch', { agent: 'nap', task: 'take a moment' });
+      const runId = sc(r).runId as string;
+      let mark = arrivals.length;
+      await s().call('status', { runId }, { onprogress: () => {} });
+      expect(progressOf(mark)).toEqual([]);
+      mark = arrivals.length;
+      const w = await s().call('status', { runId, waitMs: 30_000, until: 'terminal' }, { onprogress: () => {} });
+      expect(sc(w).state).toBe('completed');
+      expect(sc(w).changed).toBe(true);
+      const params = progressOf(mark).map((n) => (n.m as { params: { progress: number; message: string } }).params);
+      expect(params.length).toBeGreaterThanOrEqual(1);
+      expect(params[0]!.message).toBe(`waiting on ${runId}`);
+      expect(params.map((p) => p.progress)).toEqual([...params.map((p) => p.progress)].sort((a, b) => a - b));
+      mark = arrivals.length;
+      const again = sc(await s().call('status', { runId, waitMs: 30_000 }, { onprogress: () => {} }));
+      expect(again).toMatchObject({ state: 'completed', changed: false, waitedMs: 0 });
+      expect(progressOf(mark)).toEqual([]);
+    } finally {
+      s().transport.onmessage = deliver;
+    }
+  }, 90_000);
+
+  it('a subscribed run is updated by changes another server makes (an append, a cancel); locally its end is logged once at info', async () => {
+    const logs: Array<{ level: string; data: unknown }> = [];
+    const updates: string[] = [];
+    s().client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => { logs.push({ level: n.params.level, data: n.params.data }); });
+    s().client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => { updates.push(n.params.uri); });
+    const until = async (what: string, cond: () => boolean | Promise<boolean>) => {
+      const end = Date.now() + 30_000;
+      while (!(await cond())) {
+        if (Date.now() > end) throw new Error(`${what}: no notification (updates ${JSON.stringify(updates)}, logs ${JSON.stringify(logs)})`);
+        await new Promise((res) => setTimeout(res, 50));
+      }
+    };
+    const runId = sc(await s().call('launch', { chain: [{ agent: 'held4', task: 'one' }] })).runId as string;
+    const sessionId = sc(await s().call('status', { runId })).sessionId as string;
+    const uri = `subagents://runs/${runId}`;
+    await s().client.subscribeResource({ uri });
+    await untilRunning(runId);
+    const env: Record<string, string> = { SUBAGENTS_HOME: homes[mode], SUBAGENTS_ROOTS: t.root, SUBAGENTS_KILL_GRACE_MS: '1000' };
+    if (mode === 'redis') env.SUBAGENTS_REDIS_URL = redis.url;
+    const b = await startServer(env);
+    extra.push(b);
+    expect(sc(await b.call('restore', { lineage: [sessionId] })).adopted).toBeGreaterThanOrEqual(1);
+    const seen = updates.filter((u) => u === uri).length;
+    const ap = await b.call('append', { runId, step: { agent: 'echo', task: 'two after {previous}' } });
+    expect(ap.isError, textOf(ap)).toBeFalsy();
+    await until('append from another server', () => updates.filter((u) => u === uri).length > seen);
+    release('held4');
+    // A run's end is logged in local mode only (docs/scale-out.md, "Differences from local mode"); its resource is
+    // updated in both.
+    if (mode === 'local') {
+      await until('end logged', () => logs.some((m) => String(m.data).includes(`run ${runId} completed`)));
+      expect(logs.find((m) => String(m.data).includes(runId))!.level).toBe('info');
+    }
+    await until('end updated', async () => updates.includes(uri) && sc(await s().call('status', { runId })).state === 'completed');
+    const fin = sc(await s().call('status', { runId }));
+    expect(fin.output.text).toBe('two after one');
+    const run2 = sc(await s().call('launch', { agent: 'held5', task: 'cancelled elsewhere' })).runId as string;
+    await s().client.subscribeResource({ uri: `subagents://runs/${run2}` });
+    expect(sc(await b.call('cancel', { runId: run2 })).state).toBe('cancelled');
+    await until('cancel from another server', () => updates.includes(`subagents://runs/${run2}`) && (mode === 'redis' || logs.some((m) => String(m.data) === `run ${run2} cancelled`)));
+    expect(logs.filter((m) => String(m.data).includes(runId))).toHaveLength(mode === 'local' ? 1 : 0);
+    await s().client.unsubscribeResource({ uri });
+    await s().client.unsubscribeResource({ uri: `subagents://runs/${run2}` });
+  }, 90_000);
+
+  it('lineage: a session that restores a restoring session sees the first session\'s runs', async () => {
+    const env: Record<string, string> = { SUBAGENTS_HOME: homes[mode], SUBAGENTS_ROOTS: t.root };
+    if (mode === 'redis') env.SUBAGENTS_REDIS_URL = redis.url;
+    const a = await startServer(env);
+    extra.push(a);
+    const runId = sc(await a.call('launch', { agent: 'echo', task: 'from A' })).runId as string;
+    const sa = sc(await a.call('status', {})).sessionId as string;
+    await waitTerminal(a, runId, 60_000);
+    const b = await startServer(env);
+    extra.push(b);
+    const sb = sc(await b.call('status', {})).sessionId as string;
+    expect(sc(await b.call('restore', { lineage: [sa] })).adopted).toBe(1);
+    const c = await startServer(env);
+    extra.push(c);
+    const r = await c.call('restore', { lineage: [sb] });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    expect(sc(r).lineage).toEqual(expect.arrayContaining([sa, sb]));
+    const seen = sc(await c.call('status', { runId }));
+    expect(seen).toMatchObject({ state: 'completed', adopted: true, output: { text: 'from A' } });
+    expect(sc(await c.call('status', {})).runs.map((x: { runId: string }) => x.runId)).toContain(runId);
+  }, 90_000);
 });
