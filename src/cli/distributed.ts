@@ -82,13 +82,14 @@ export async function distributedDismiss(ctx: ManagerContext, arg: string, o: { 
   }
 }
 
-export async function distributedGc(ctx: ManagerContext, o: { olderThan: string; dryRun?: boolean; json?: boolean }, out: Out): Promise<number> {
+export async function distributedGc(ctx: ManagerContext, o: { olderThan: string; dryRun?: boolean; json?: boolean; branches?: boolean }, out: Out): Promise<number> {
   const olderThanMs = parseAge(o.olderThan);
   if (olderThanMs === null) throw new CliError(`--older-than ${JSON.stringify(o.olderThan)} is not an age like 30d, 12h, 90m or 2w`, EXIT_USAGE);
-  const r = await distributed(ctx).collectGarbage(olderThanMs, o.dryRun === true);
+  const r = await distributed(ctx).collectGarbage(olderThanMs, o.dryRun === true, o.branches === true);
   if (o.json) { out(JSON.stringify(r, null, 2)); return EXIT_OK; }
   const verb = r.dryRun ? 'would remove' : 'removed';
   for (const c of r.removed) out(`${verb} ${c.runId} (ended ${c.endedAt}${c.dismissed ? ', dismissed' : ''})`);
   out(`${r.dryRun ? 'dry run: ' : ''}${verb} ${r.removed.length} run(s) from Redis; kept ${r.keptActive} active and ${r.keptRecent} that ended more recently`);
+  if (r.branchesAsked) out(`asked the workers that ran ${r.branchesAsked} isolated run(s) to delete their branches (each in its own machine's checkout)`);
   return EXIT_OK;
 }

@@ -206,20 +206,24 @@ Examples:
       return dismissCommand(ctx, resolveRunId(ctx, id), o, out);
     }));
 
-  withHome(program.command('watch').description('one line per run event across the home (created, started, step ended, run ended …), as they happen, until interrupted; each line ends with a cursor to resume from'))
+  withRedis(program.command('watch').description('one line per run event across the home, or across Redis with --redis (created, started, step ended, run ended …), as they happen, until interrupted; each line ends with a cursor to resume from'))
     .option('--session <id>', 'only runs of this session (a prefix is enough; nested runs count with their root)')
     .option('--since <cursor>', 'first replay the events after this cursor (from an earlier line), "start" for the whole history, or an age such as 10m')
     .option('--json', 'one JSON object per line')
     .action(act(async (o: { session?: string; since?: string; json?: boolean }, cmd: Command) => {
+      const remote = await overRedis(cmd, async (ctx) => (await import('./watch.js')).watchRedis(ctx, o, out));
+      if (remote !== null) return remote;
       const { watchCommand } = await import('./watch.js');
       return watchCommand(operator(cmd), o, out);
     }));
 
-  withSettingFlags(program.command('ui').description('a live web dashboard of every run of the home, on 127.0.0.1, reached through the printed URL (it carries a secret token)'))
+  withSettingFlags(program.command('ui').description('a live web dashboard of every run of the home (or, with --redis, of the Redis), on 127.0.0.1, reached through the printed URL (it carries a secret token)'))
     .option('--port <n>', 'the port to listen on (default: any free port)')
     .option('--no-open', 'print the URL only; do not open a browser')
     .action(act(async (o: { port?: string; open: boolean }, cmd: Command) => {
       const { uiCommand } = await import('./ui.js');
+      const remote = await overRedis(cmd, (ctx) => uiCommand(ctx, o, out));
+      if (remote !== null) return remote;
       return uiCommand(operator(cmd), o, out);
     }));
 

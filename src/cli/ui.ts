@@ -34,9 +34,12 @@ export async function uiCommand(ctx: ManagerContext, o: UiCommandOptions, out: (
   out('(the URL carries a secret token: anyone with it can cancel your runs. Ctrl-C stops the dashboard.)');
   if (o.open) openBrowser(ui.url);
   return new Promise<number>((resolve) => {
-    const end = () => { void ui.close().finally(() => resolve(0)); };
-    process.once('SIGINT', end);
-    process.once('SIGTERM', end);
-    process.once('SIGHUP', end);
+    // `on`, not `once`: signal-exit (loaded by the Redis client's dependencies) re-raises a signal when it finds only
+    // its own listeners left, and a `once` listener is gone by the time its later copy looks.
+    const end = () => {
+      for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.off(sig, end);
+      void ui.close().finally(() => resolve(0));
+    };
+    for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(sig, end);
   });
 }

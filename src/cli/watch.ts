@@ -1,4 +1,5 @@
-import type { ManagerContext } from '../manager/context.js';
+import type { FeedSince, ManagerContext } from '../manager/context.js';
+import { isSubagentError } from '../errors.js';
 import { HomeFeed, parseCursor, type Cursor, type HomeEvent } from '../manager/home-feed.js';
 import { readMeta } from '../manager/listing.js';
 import { CliError, EXIT_USAGE } from './context.js';
@@ -52,6 +53,8 @@ function details(e: HomeEvent, ctx?: ManagerContext): string {
   if (typeof f.mode === 'string') parts.push(f.mode);
   if (typeof f.phase === 'string') parts.push(`phase ${f.phase}`);
   if (typeof f.reason === 'string') parts.push(oneLine(f.reason, 40));
+  // Over Redis: the machine a worker ran the run on.
+  if (typeof f.host === 'string') parts.push(`on ${oneLine(f.host, 60)}`);
   return parts.join(' ');
 }
 
@@ -63,6 +66,50 @@ export function humanLine(e: HomeEvent, ctx?: ManagerContext): string {
 
 export function jsonLine(e: HomeEvent): string {
   return JSON.stringify({ cursor: e.cursor, ts: e.ts, type: e.type, runId: e.runId, sessionId: e.sessionId, rootRunId: e.rootRunId, parentRunId: e.parentRunId, depth: e.depth, ...e.fields });
+}
+
+/**
+ * Over Redis (docs/watch-and-ui.md, "`watch` over Redis"): the same lines from the feed stream of every run's events, whose
+ * entry ids are the cursors. Distributed runs have no nesting in Redis: each is its own root.
+ */
+export async function watchRedis(ctx: ManagerContext, o: WatchOptions, out: (s: string) => void): Promise<number> {
+  const d = ctx.distributed!;
+  const text = o.since?.trim();
+  let since: FeedSince = null;
+  if (text === 'start' || text === '0') since = 'start';
+  else if (text !== undefined) {
+    const age = parseAge(text);
+    since = age !== null && /[a-z]$/i.test(text) ? { sinceMs: Date.now() - age } : { cursor: text };
+  }
+  const want = o.session?.trim();
+  const ac = new AbortController();
+  const end = () => ac.abort();
+  // `on`, not `once`: signal-exit (loaded by the Redis client's dependencies) re-raises a signal when it finds only
+  // its own listeners left, and a `once` listener is gone by the time its later copy looks.
+  process.on('SIGINT', end);
+  process.on('SIGTERM', end);
+  process.on('SIGHUP', end);
+  try {
+    await d.follow(since, ac.signal, (entries) => {
+      for (const x of entries) {
+        if (want && !x.sessionId.startsWith(want)) continue;
+        const { ts, type, ...fields } = x.event;
+        const e: HomeEvent = {
+          cursor: x.id, ts: String(ts ?? ''), type: String(type ?? ''), runId: x.runId, sessionId: x.sessionId,
+          rootRunId: x.runId, parentRunId: null, depth: 0, fields,
+        };
+        out(o.json ? jsonLine(e) : humanLine(e));
+      }
+    });
+  } catch (e) {
+    if (isSubagentError(e) && e.code === 'INVALID_INPUT') throw new CliError(`--since: ${e.message}`, EXIT_USAGE);
+    throw e;
+  } finally {
+    process.off('SIGINT', end);
+    process.off('SIGTERM', end);
+    process.off('SIGHUP', end);
+  }
+  return 0;
 }
 
 /**

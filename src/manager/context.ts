@@ -12,6 +12,7 @@ import type { DismissResult } from './dismiss.js';
 import type { RestoreResult } from './sessions.js';
 import type { RunSummary } from './status-view.js';
 import type { RunStatus } from '../store/run-types.js';
+import type { FeedEntry } from '../store/redis/feed.js';
 
 /** Everything a use-case needs: settings, the state home, who we are. Built once per server process. */
 export interface ManagerContext {
@@ -40,6 +41,9 @@ export interface ManagerContext {
   distributed?: DistributedRuns;
 }
 
+/** Where a follower of the Redis feed starts: after a cursor, at the start, at a time (epoch ms), or from now on. */
+export type FeedSince = { cursor: string } | 'start' | { sinceMs: number } | null;
+
 /** The use cases that distributed mode serves from Redis (src/manager/distributed/). */
 export interface DistributedRuns {
   launch(ctx: ManagerContext, input: LaunchInput): Promise<LaunchResult>;
@@ -49,14 +53,22 @@ export interface DistributedRuns {
   append(ctx: ManagerContext, runId: string, entry: ChainEntryInput): Promise<AppendResult>;
   /** Adopts the runs of the named sessions and their ancestors; the lineage is kept in Redis. */
   restore(ctx: ManagerContext, lineage: string[]): Promise<RestoreResult>;
-  /** Bytes of a run's stored output, a step's, or its events as JSON lines, for the MCP resources; RUN_NOT_FOUND if not visible. */
-  readBytes(ctx: ManagerContext, runId: string, part: 'output' | 'events' | { step: string }, offset: number, length: number): Promise<{ buf: Buffer; size: number }>;
+  /** Bytes of a run's stored output, a step's (or its patch), or its events as JSON lines, for the MCP resources; RUN_NOT_FOUND if not visible. */
+  readBytes(ctx: ManagerContext, runId: string, part: 'output' | 'events' | { step: string; patch?: boolean }, offset: number, length: number): Promise<{ buf: Buffer; size: number }>;
   runState(ctx: ManagerContext, runId: string): Promise<{ createdAt: string; status: RunStatus }>;
   watch(runId: string, onChange: () => void): Promise<() => void>;
   /** The command line's view: every run (newest first), and a run id from a unique prefix. */
   everyRun(all: boolean): Promise<RunSummary[]>;
   resolveRunId(arg: string): Promise<string>;
-  collectGarbage(olderThanMs: number, dryRun: boolean): Promise<{ removed: Array<{ runId: string; endedAt: string; dismissed: boolean }>; keptActive: number; keptRecent: number; dryRun: boolean }>;
+  /** With `branches`, the workers that ran the removed isolated runs are asked to delete their branches. */
+  collectGarbage(olderThanMs: number, dryRun: boolean, branches?: boolean): Promise<{ removed: Array<{ runId: string; endedAt: string; dismissed: boolean }>; keptActive: number; keptRecent: number; dryRun: boolean; branchesAsked?: number }>;
+  /**
+   * Every run's events as Redis records them (docs/watch-and-ui.md, "`watch` over Redis"), after `since` (a cursor from an
+   * earlier entry, `start`, a time, or null: from now on), until `signal` aborts.
+   */
+  follow(since: FeedSince, signal: AbortSignal, onEntries: (entries: FeedEntry[]) => void | Promise<void>, onPlaced?: () => void): Promise<void>;
+  /** The sessions whose runs this session sees: its own and those it restored, transitively (kept in Redis). */
+  lineage(ctx: ManagerContext): Promise<Set<string>>;
   /** For doctor: Redis reachable, its version and persistence, the workers seen by heartbeat. */
   health(): Promise<DistributedHealth>;
   close(): Promise<void>;
@@ -73,6 +85,8 @@ export interface DistributedHealth {
   workers: Array<{ id: string; host: string; pool: string; concurrency: number; running: number; lastSeenMs: number }>;
   active?: number;
   queued?: number;
+  /** Agent slots held across the deployment. */
+  agents?: number;
 }
 
 /** The built runner entry and the bundled agents (src/paths.ts: correct in the tsc build and in the bundle). */

@@ -103,7 +103,7 @@ function capacityRefusal(ctx: ManagerContext, counts: string): SubagentError {
  * The bind's ledger write is done while the runner boots, to the identity of the process we started; the ready
  * report must name that same identity before the bind counts and proceed is sent (docs/architecture.md, "Launch").
  */
-export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signal: AbortSignal; onProgress?: (phase: string) => void; treeLimits?: RunRecord['limits'] }): Promise<LaunchResult> {
+export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signal: AbortSignal; onProgress?: (phase: string) => void; runId?: string; treeLimits?: RunRecord['limits'] }): Promise<LaunchResult> {
   if (ctx.distributed) return ctx.distributed.launch(ctx, input);
   const { settings } = ctx;
   if (process.platform === 'win32') throw new SubagentError('PLATFORM_UNSUPPORTED', 'launch needs Linux or macOS (process groups and detached runners); agents and doctor work on Windows.');
@@ -133,7 +133,9 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   // Before anything is reserved or written: a repository that cannot be isolated is a refusal.
   const isolation = await resolveIsolation(ctx, cwd, input, steps);
   const paths = claimPaths(steps);
-  const runId = newRunId();
+  // A worker runs a distributed run under the id Redis gave it, so its branches and worktrees carry that id
+  // (docs/scale-out.md, "Worktree isolation over Redis").
+  const runId = o.runId ?? newRunId();
   const rootRunId = nesting ? nesting.rootRunId : runId;
 
   const handshakeTimeoutMs = parentRecord?.handshakeTimeoutMs ?? settings.handshakeTimeoutMs;

@@ -198,7 +198,7 @@ export function renderRun(ctx: ManagerContext, record: RunRecord, status: RunSta
 }
 
 /** The public part of a step's changes (the repository path stays internal). */
-function changesView(c: NonNullable<StepStatus['changes']>): NonNullable<StepView['changes']> {
+export function changesView(c: NonNullable<StepStatus['changes']>): NonNullable<StepView['changes']> {
   return { branch: c.branch, commit: c.commit, base: c.base, files: c.files, insertions: c.insertions, deletions: c.deletions };
 }
 

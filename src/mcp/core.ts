@@ -15,6 +15,7 @@ import { DASHBOARD_URI, readAppResource } from './app-resource.js';
 import { completeArgument, listResources, readResource, requireResource, RESOURCE_TEMPLATES } from './resources.js';
 import { refusal } from './results.js';
 import { RunWatcher } from './run-watcher.js';
+import { FeedNotifier } from './feed-notifier.js';
 import * as tasks from './tasks.js';
 import type { ToolEnv, ToolExtra } from './tool.js';
 import { loadTool, TOOL_NAMES } from './tools/lazy.js';
@@ -93,13 +94,21 @@ export function startCore(o: CoreOptions): Core {
   const client = o.server.getClientVersion();
   void sessions.adoptRecord(client ? { name: client.name.slice(0, 100), version: client.version.slice(0, 50) } : null).catch(() => { /* best effort */ });
   const watcher = new RunWatcher(ctx, o.server);
-  const env: ToolEnv = { ctx, shutdown: o.shutdown, sessions: ctx.nesting ? null : sessions, onListChanged: (c) => watcher.listChanged(c?.existing ?? false) };
+  // Distributed mode: the session's runs live in Redis, and so do the events that change its list.
+  const notifier = ctx.distributed ? new FeedNotifier(ctx, o.server) : null;
+  const onListChanged: ToolEnv['onListChanged'] = (c) => {
+    if (notifier && c?.existing) void notifier.lineageChanged();
+    watcher.listChanged(c?.existing ?? false);
+  };
+  const env: ToolEnv = { ctx, shutdown: o.shutdown, sessions: ctx.nesting ? null : sessions, onListChanged };
   watcher.start();
+  notifier?.start();
   const stopSweeper = new Sweeper(ctx).start();
   // Distributed mode starts no local runner: its workers do (docs/scale-out.md).
   const stopWarmPool = ctx.distributed ? () => {} : startWarmPool(ctx);
   return {
     callTool: async (name, args, extra) => {
+      if (notifier) await notifier.ready;
       const tool = loadTool(name);
       if (!tool) return refusal(new SubagentError('INVALID_INPUT', `no tool named ${JSON.stringify(name.slice(0, 64))}; the tools are ${TOOL_NAMES.join(', ')}.`), ctx.log);
       const result = await (await tool).handler(args, extra, env);
@@ -119,6 +128,7 @@ export function startCore(o: CoreOptions): Core {
     complete: (name, value, context) => completeArgument(ctx, name, value, context),
     resourceTemplates: RESOURCE_TEMPLATES,
     createTask: async (name, args, extra) => {
+      if (notifier) await notifier.ready;
       const r = await tasks.createTask(name, args, extra, env);
       watcher.poke();
       return r;
@@ -132,7 +142,7 @@ export function startCore(o: CoreOptions): Core {
       return t;
     },
     stop: () => {
-      watcher.stop(); stopSweeper(); stopWarmPool();
+      watcher.stop(); notifier?.stop(); stopSweeper(); stopWarmPool();
       for (const stop of distributedSubscriptions.values()) stop();
       void ctx.distributed?.close();
     },

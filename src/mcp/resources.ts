@@ -201,18 +201,17 @@ async function readDistributedResource(ctx: ManagerContext, d: NonNullable<Manag
   if (!p) throw notFound(uri);
   const offset = intParam(p.query, 'offset', 0);
   const length = Math.max(1, Math.min(MAX_READ_BYTES, intParam(p.query, 'length', MAX_READ_BYTES)));
-  if (p.part === 'patch') throw notFound(uri);
   try {
     if (p.part === 'status') {
       const answer = await d.status(ctx, { runId: p.runId, outputBytes: MAX_OUTPUT_BYTES }, { signal: new AbortController().signal });
       const { kind: _kind, ...view } = answer;
       return { contents: [{ uri, mimeType: 'application/json', text: JSON.stringify(view) }] };
     }
-    const part = p.part === 'step' ? { step: p.stepKey! } : p.part;
+    const part = p.part === 'step' || p.part === 'patch' ? { step: p.stepKey!, patch: p.part === 'patch' } : p.part;
     const got = await d.readBytes(ctx, p.runId, part, offset, length + 3);
     const page = readPage(() => got, offset, length, p.part === 'events');
     if (p.part === 'events') return { contents: [pagedContent(uri, 'application/x-ndjson', { ...page, text: eventLines(page.text) }, length)] };
-    return { contents: [pagedContent(uri, 'text/plain', page, length)] };
+    return { contents: [pagedContent(uri, p.part === 'patch' ? 'text/x-diff' : 'text/plain', page, length)] };
   } catch (e) {
     if (e instanceof SubagentError && e.code === 'RUN_NOT_FOUND') throw notFound(uri);
     throw e;

@@ -74,7 +74,7 @@ function agentsOf(record: RunRecord): string[] {
  * again only when the home feed says a run changed, ended runs never again (terminal is final).
  */
 export class HomeModel {
-  private readonly rows = new Map<string, RunRow>();
+  protected readonly rows = new Map<string, RunRow>();
   /** Run directories whose record could not be read (damaged or being created): counted, not listed. */
   private readonly damaged = new Set<string>();
   /** Rows taken from the cache whose dismissal is not looked at yet (rows say "not dismissed" meanwhile). */
@@ -86,14 +86,14 @@ export class HomeModel {
   /** The top-level runs of the last page served. */
   private lastShown: string[] = [];
   /** `shapeOf`'s answer until a run comes or goes. */
-  private shape: Shape | null = null;
+  protected shape: Shape | null = null;
 
   /**
    * `scope`: the runs this view may show. The command line's dashboard shows the whole home (the person owns it); an
    * MCP session's view shows the runs that session sees, and no other run exists for it. `cache`: rows of ended runs
    * kept between starts (the command line's dashboard).
    */
-  constructor(private readonly ctx: ManagerContext, private readonly scope?: ModelScope, private readonly cache?: RowCache) {}
+  constructor(protected readonly ctx: ManagerContext, private readonly scope?: ModelScope, private readonly cache?: RowCache) {}
 
   load(): void {
     const cached = this.cache?.read() ?? new Map<string, RunRow>();

@@ -11,6 +11,7 @@ import { DIST_DIR } from '../paths.js';
 import { cookieName, cookieValue, hostAllowed, newUiToken, originAllowed, sameSecret, sessionCookie } from './auth.js';
 import { HomeModel, MAX_PAGE_SIZE } from './model.js';
 import { RowCache } from './row-cache.js';
+import { RedisModel } from './redis-model.js';
 
 /** The page's files, built once by `npm run build` (scripts/build-ui.mjs) into dist/page/. */
 export const UI_DIR = path.join(DIST_DIR, 'page');
@@ -69,13 +70,15 @@ export async function startUiServer(ctx: ManagerContext, o: UiOptions = {}): Pro
       throw new Error(`the dashboard's page is not built (${path.join(UI_DIR, name)} is missing); run npm run build`);
     }
   }
-  const model = new HomeModel(ctx, undefined, new RowCache(ctx.settings.home));
   const clients = new Set<ServerResponse>();
   const broadcast = (event: string, data: unknown) => {
     const frame = `event: ${event}\ndata: ${JSON.stringify(data)}\n\n`;
     for (const c of clients) c.write(frame);
   };
-  const feed = new HomeFeed(ctx, {
+  // Over Redis the runs are the deployment's, read through the distributed use cases and followed on its feed.
+  const remote = ctx.distributed ? followRedis(ctx, broadcast, o.pollMs) : null;
+  const model: HomeModel = remote?.model ?? new HomeModel(ctx, undefined, new RowCache(ctx.settings.home));
+  const feed = remote ? null : new HomeFeed(ctx, {
     since: null,
     settled: (runId) => model.settled(runId),
     pollMs: o.pollMs,
@@ -87,9 +90,9 @@ export async function startUiServer(ctx: ManagerContext, o: UiOptions = {}): Pro
   // The home is read after the server listens: a browser opening the printed URL loads the page meanwhile, and only
   // the data requests wait for it.
   let stopped = false;
-  const ready = new Promise<void>((resolve, reject) => {
+  const ready = remote ? remote.start() : new Promise<void>((resolve, reject) => {
     setImmediate(() => {
-      if (stopped) { resolve(); return; }
+      if (stopped || !feed) { resolve(); return; }
       try {
         model.load();
         void feed.start().then(() => {
@@ -171,12 +174,13 @@ export async function startUiServer(ctx: ManagerContext, o: UiOptions = {}): Pro
       const runId = run[1]!;
       if (run[2]) {
         const bytes = Math.min(OUTPUT_TAIL_MAX, Number(url.searchParams.get('bytes')) || OUTPUT_TAIL_DEFAULT);
-        const tail = model.outputTail(runId, url.searchParams.get('step') ?? '', bytes);
+        const step = url.searchParams.get('step') ?? '';
+        const tail = remote ? await remote.model.outputTailRemote(runId, step, bytes) : model.outputTail(runId, step, bytes);
         return tail ? send(res, 200, tail) : send(res, 404, { error: { code: 'RUN_NOT_FOUND', message: 'no such run or step' } });
       }
-      const d = model.detail(runId);
+      const d = remote ? await remote.model.detailRemote(runId) : model.detail(runId);
       const named = isRunId(runId) ? `run ${runId}` : 'such run';
-      return d ? send(res, 200, d) : send(res, 404, { error: { code: 'RUN_NOT_FOUND', message: `no ${named} in this state home (removed, or never existed)` } });
+      return d ? send(res, 200, d) : send(res, 404, { error: { code: 'RUN_NOT_FOUND', message: `no ${named} in this ${remote ? 'Redis' : 'state home'} (removed, or never existed)` } });
     }
     return sendText(res, 404, '404: not found.');
   }
@@ -184,7 +188,7 @@ export async function startUiServer(ctx: ManagerContext, o: UiOptions = {}): Pro
   async function act(res: ServerResponse, runId: string, action: 'cancel' | 'dismiss'): Promise<void> {
     try {
       const result = action === 'cancel' ? await cancelRun(ctx, runId) : await dismissRun(ctx, runId, false);
-      model.refresh(runId);
+      if (remote) await remote.model.refreshRemote(runId); else model.refresh(runId);
       broadcast('change', { runs: [runId], output: [], gauges: model.gauges() });
       send(res, 200, result);
     } catch (e) {
@@ -212,7 +216,8 @@ export async function startUiServer(ctx: ManagerContext, o: UiOptions = {}): Pro
     token,
     close: async () => {
       stopped = true;
-      feed.stop();
+      feed?.stop();
+      remote?.stop();
       clearInterval(audit);
       clearInterval(heartbeat);
       for (const c of clients) c.end();
@@ -221,6 +226,39 @@ export async function startUiServer(ctx: ManagerContext, o: UiOptions = {}): Pro
       server.closeAllConnections();
       await closed;
     },
+  };
+}
+
+/**
+ * The dashboard over Redis (docs/watch-and-ui.md, "The dashboard over Redis"): the model reads the deployment's runs, and the feed
+ * of run events (a blocking read, no poll) names the runs to read again; runs on workers announce their output at
+ * each tick, since output reaches Redis without an event.
+ */
+function followRedis(ctx: ManagerContext, broadcast: (event: string, data: unknown) => void, pollMs = 1000) {
+  const model = new RedisModel(ctx);
+  const stopping = new AbortController();
+  let ticker: NodeJS.Timeout | null = null;
+  return {
+    model,
+    start: async (): Promise<void> => {
+      let placed: () => void = () => {};
+      const place = new Promise<void>((r) => { placed = r; });
+      void ctx.distributed!.follow(null, stopping.signal, async (entries) => {
+        const runs = [...new Set(entries.map((e) => e.runId))];
+        for (const id of runs) await model.refreshRemote(id).catch(() => {});
+        await model.refreshGauges().catch(() => {});
+        broadcast('change', { runs, output: runs, gauges: model.gauges() });
+      }, () => placed()).catch(() => {});
+      // Read from the feed's place on: a run changed during the first read is read again when its event comes.
+      await place;
+      await model.loadRemote();
+      ticker = setInterval(() => {
+        const output = model.running();
+        if (output.length) broadcast('change', { runs: [], output, gauges: model.gauges() });
+      }, pollMs);
+      ticker.unref();
+    },
+    stop: (): void => { stopping.abort(); if (ticker) clearInterval(ticker); },
   };
 }
 

@@ -8,6 +8,7 @@ import type { ManagerContext } from '../manager/context.js';
 import type { RedisRuns } from '../store/redis/run-store.js';
 import { isTerminalRun, type RunStatus, type StepStatus } from '../store/run-types.js';
 import { DirWatch } from '../wait.js';
+import { reconcileRun } from '../manager/reconcile.js';
 
 export interface MirrorTarget {
   /** Called when Redis already holds an end this worker did not write (RUNNER_LOST after a long outage, a cancel). */
@@ -20,14 +21,14 @@ export interface MirrorTarget {
   capBytes: number;
 }
 
-/** Bytes of `file` from `offset` on (at most 1 MiB a call); empty when there are none. */
-function readFrom(file: string, offset: number): Buffer {
+/** Bytes of `file` from `offset` on (at most `max`, 1 MiB unless given); empty when there are none. */
+function readFrom(file: string, offset: number, max = 1024 * 1024): Buffer {
   let fd: number;
   try { fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW); } catch { return Buffer.alloc(0); }
   try {
     const size = fs.fstatSync(fd).size;
     if (size <= offset) return Buffer.alloc(0);
-    const buf = Buffer.alloc(Math.min(size - offset, 1024 * 1024));
+    const buf = Buffer.alloc(Math.min(size - offset, max));
     const n = fs.readSync(fd, buf, 0, buf.length, offset);
     return buf.subarray(0, n);
   } finally {
@@ -41,6 +42,9 @@ function tail(file: string, bytes: number): Buffer {
     return readFrom(file, Math.max(0, size - bytes));
   } catch { return Buffer.alloc(0); }
 }
+
+/** Local event lines the mirror forwards to Redis: the steps' (the run's start and end are recorded there directly). */
+const FORWARDED = new Set(['step-started', 'step-ended', 'appended']);
 
 const leaves = (steps: StepStatus[]): StepStatus[] => steps.flatMap((s) => (s.members ? s.members : [s]));
 
@@ -70,8 +74,38 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
       sent.set(key, offset);
     }
   };
+  const patches = new Set<string>();
   const copyOutputs = async (s: RunStatus) => {
-    for (const st of leaves(s.steps)) await copy(st.key, paths.output(st.key));
+    for (const st of leaves(s.steps)) {
+      // An isolated step's patch is complete once its status shows its changes (src/runner/step-worktrees.ts).
+      if (st.changes && !patches.has(st.key)) {
+        await t.runs.putOutput(t.runId, `${st.key}.patch`, readFrom(paths.patch(st.key), 0, t.capBytes));
+        patches.add(st.key);
+      }
+      await copy(st.key, paths.output(st.key));
+    }
+  };
+  // The steps' events of the local log go to Redis as they are written (the run's own start and end are recorded
+  // there by the worker and by the end's script); each line once, in order.
+  let eventsOffset = 0;
+  const forwardEvents = async (s: RunStatus) => {
+    const agents = new Map(leaves(s.steps).map((st) => [st.key, st.agent]));
+    const base = eventsOffset;
+    const chunk = readFrom(paths.events, base);
+    let at = 0;
+    for (;;) {
+      const nl = chunk.indexOf(10, at);
+      if (nl < 0) break;
+      const line = chunk.subarray(at, nl).toString('utf8');
+      at = nl + 1;
+      let ev: Record<string, unknown> | null = null;
+      try { ev = JSON.parse(line) as Record<string, unknown>; } catch { ev = null; } // a torn line: skipped, as every reader does
+      if (ev && typeof ev === 'object' && FORWARDED.has(String(ev.type))) {
+        const agent = typeof ev.step === 'string' ? agents.get(ev.step) : undefined;
+        await t.runs.event(t.runId, { ...ev, ...(agent && ev.agent === undefined ? { agent } : {}) });
+      }
+      eventsOffset = base + at;
+    }
   };
   const watch = new DirWatch([paths.dir, paths.outDir]);
   try {
@@ -80,6 +114,7 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
       const local = t.local.store.readStatus(t.localRunId);
       if (local) {
         await copyOutputs(local);
+        await forwardEvents(local);
         const mirrored = translate(local, t.runId, t.worker.host);
         if (isTerminalRun(local.state)) {
           for (const st of leaves(local.steps)) {
@@ -89,8 +124,8 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
           // A run that started and ended while Redis was away never had a running status mirrored: its worker is
           // recorded here, so the record always says who ran it (docs/scale-out.md, "What lives in Redis").
           await t.runs.recordHolder(t.runId, fields);
-          await t.runs.endRun(mirrored);
-          await t.runs.event(t.runId, { type: 'ended', state: local.state, worker: t.worker.id, host: t.worker.host }).catch(() => {});
+          await forwardEvents(local);
+          await t.runs.endRun(mirrored, { worker: t.worker.id, host: t.worker.host });
           return mirrored;
         }
         const text = JSON.stringify(mirrored);
@@ -107,7 +142,9 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
         // Redis unreachable (BUSY): the run goes on here and is reported when Redis answers again.
         last = '';
       }
-      await watch.next(1000);
+      // A quiet second: the runner may have died without a word; local reconciliation ends its run RUNNER_LOST
+      // and removes its worktrees, and the next turn mirrors that.
+      if (!(await watch.next(1000))) await reconcileRun(t.local, t.localRunId).catch(() => {});
     }
   } finally {
     watch.close();

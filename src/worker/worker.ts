@@ -11,6 +11,7 @@ import { randomBytes } from 'node:crypto';
 import { DelayedError, Worker, type Job } from 'bullmq';
 import { redactRedisUrl, type Settings } from '../config.js';
 import { isSubagentError } from '../errors.js';
+import { isRunId } from '../ids.js';
 import { cancelRun } from '../manager/cancel.js';
 import { launch, type ChainEntryInput, type LaunchInput } from '../manager/launch.js';
 import { appendStep } from '../manager/append.js';
@@ -23,6 +24,7 @@ import { isTerminalRun } from '../store/run-types.js';
 import { endedStatus } from '../manager/distributed/view.js';
 import { localContext, workerHome } from './local-context.js';
 import { mirrorRun } from './mirror.js';
+import { deleteRunBranches, removeRunLeftovers, sweepHome } from './leftovers.js';
 
 export interface WorkerOptions {
   concurrency: number;
@@ -79,12 +81,33 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
     }
     await runs.redis.publish(channels.reply(req.requestId), JSON.stringify(reply)).catch(() => {});
   };
+  // A dismissed run's worktrees left on this machine (a run id; the other workers of the pool have none of it).
+  // `gc --branches` sends { runId, branches: true }: the branches this machine's checkout holds for it go too.
+  const cleanupLocal = (message: string) => {
+    let runId = message;
+    let branches = false;
+    if (message.startsWith('{')) {
+      try { ({ runId, branches } = JSON.parse(message) as { runId: string; branches: boolean }); } catch { return; }
+    }
+    if (typeof runId !== 'string' || !isRunId(runId) || held.has(runId)) return;
+    void (async () => {
+      const n = await removeRunLeftovers(local, runId);
+      if (n) log(`removed ${n} worktree(s) left by run ${runId}`);
+      const b = branches === true ? await deleteRunBranches(local, runId) : 0;
+      if (b) log(`deleted ${b} branch(es) of run ${runId}`);
+    })().catch((e) => log(`cleanup of ${runId} failed: ${(e as Error).message}`));
+  };
   const cancelChannel = channels.cancel(settings.pool);
+  const cleanupChannel = channels.cleanup(settings.pool);
   sub.on('message', (channel: string, message: string) => {
     if (channel === cancelChannel) cancelLocal(message);
+    else if (channel === cleanupChannel) cleanupLocal(message);
     else void appendLocal(message);
   });
-  await sub.subscribe(cancelChannel, channels.append(settings.pool));
+  await sub.subscribe(cancelChannel, channels.append(settings.pool), cleanupChannel);
+  // Runs a previous life of this worker left in its home (killed with its machine): stopped, their worktrees removed.
+  const swept = await sweepHome(local).catch(() => 0);
+  if (swept) log(`removed ${swept} worktree(s) left in ${home} by runs that ended`);
 
   const fail = async (runId: string, message: string) => {
     const run = await runs.read(runId);
@@ -103,7 +126,7 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
     try {
       let started;
       try {
-        started = await launch(local, input, { signal: new AbortController().signal, ...(job.treeLimits ? { treeLimits: job.treeLimits } : {}) });
+        started = await launch(local, input, { signal: new AbortController().signal, runId: job.runId, ...(job.treeLimits ? { treeLimits: job.treeLimits } : {}) });
       } catch (e) {
         const why = isSubagentError(e) ? e.text : 'the local launch failed';
         await fail(job.runId, `on worker ${host} (${id}): ${why.slice(0, 400)}`);

@@ -382,6 +382,12 @@ describe.skipIf(skipped).each(['local', 'redis'] as const)('the contract in %s m
     expect(sc(await s().call('status', { runId })).state).toBe('completed');
   }, 90_000);
 
+  it('isolation in a directory outside any git repository, or with a baseRef that is no revision: INVALID_INPUT', async () => {
+    sameInBothModes('isolation outside git', await refused('launch', { agent: 'echo', task: 'x', cwd: t.root, isolation: 'worktree' }, 'INVALID_INPUT'));
+    sameInBothModes('isolation baseRef', await refused('launch', { agent: 'echo', task: 'x', isolation: 'worktree', baseRef: '-x' }, 'INVALID_INPUT'));
+    sameInBothModes('baseRef alone', await refused('launch', { agent: 'echo', task: 'x', baseRef: 'main' }, 'INVALID_INPUT'));
+  }, 60_000);
+
   it('dismiss twice is idempotent, and a dismissed run is still readable by id', async () => {
     const runId = sc(await s().call('launch', { agent: 'echo', task: 'dismissed twice' })).runId as string;
     await waitTerminal(s(), runId, 60_000);

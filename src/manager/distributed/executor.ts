@@ -4,8 +4,10 @@
  * worker takes it and runs it with the local runner on its machine, mirroring the run into Redis; `status` reads Redis
  * and waits on the run's channel; `cancel` removes a job no worker holds, else asks the holding worker.
  */
+import fs from 'node:fs';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
+import { resolveBin } from '../../agents/resolve-bin.js';
 import { SubagentError, type ErrorCode } from '../../errors.js';
 import { newRunId } from '../../ids.js';
 import { connect } from '../../store/redis/connection.js';
@@ -21,7 +23,8 @@ import type { CancelResult } from '../cancel.js';
 import type { AppendResult } from '../append.js';
 import type { DismissResult } from '../dismiss.js';
 import type { RestoreResult } from '../sessions.js';
-import type { DistributedHealth, DistributedRuns, ManagerContext } from '../context.js';
+import type { DistributedHealth, DistributedRuns, FeedSince, ManagerContext } from '../context.js';
+import { FEED_START, feedIdBefore, followFeed, isFeedId, type FeedEntry } from '../../store/redis/feed.js';
 import { DEFAULT_CONCURRENCY, type ChainEntryInput, type LaunchInput, type LaunchResult } from '../launch.js';
 import { notFound } from '../listing.js';
 import type { StatusAnswer, StatusQuery, WaitInfo } from '../run-status.js';
@@ -74,7 +77,6 @@ export class DistributedExecutor implements DistributedRuns {
   async launch(ctx: ManagerContext, input: LaunchInput): Promise<LaunchResult> {
     const { settings } = ctx;
     if (ctx.nesting) throw new SubagentError('INVALID_INPUT', 'a nested launch cannot go to the distributed queue; the agent delegates on its own worker (docs/scale-out.md, "Limits").');
-    if (input.isolation !== undefined) throw new SubagentError('INVALID_INPUT', 'isolation: "worktree" is not available in distributed mode yet; launch without it or use a local server (docs/scale-out.md, "Limits").');
     for (const [name, v] of [['timeoutMs', input.timeoutMs], ['queueTimeoutMs', input.queueTimeoutMs]] as const) {
       if (v !== undefined && v > settings.maxTimeoutMs) throw new SubagentError('INVALID_INPUT', `${name} ${v} is above the maximum of ${settings.maxTimeoutMs} ms (SUBAGENTS_MAX_TIMEOUT_MS).`);
     }
@@ -87,6 +89,7 @@ export class DistributedExecutor implements DistributedRuns {
       // Names what was asked, in local mode's words (docs/scale-out.md, "What a run is does not change").
       throw new SubagentError('CWD_NOT_ALLOWED', `cwd ${JSON.stringify(String(input.cwd).slice(0, 200))} resolves outside the allowed roots (${roots.join(', ')}); use a directory inside one, or add it to SUBAGENTS_ROOTS.`);
     }
+    await checkIsolation(ctx, cwd, input);
     const entries: ChainEntryInput[] = input.mode === 'single' ? [input.step] : input.mode === 'parallel' ? [input.group] : input.chain;
     const { claims, width, agents } = shapeOf(entries);
     const runId = newRunId();
@@ -136,7 +139,6 @@ export class DistributedExecutor implements DistributedRuns {
       await this.runs.endRun(endedStatus(status(c.outcome === 'QUEUED' ? 'queued' : 'starting'), 'failed', { code: 'HANDSHAKE_FAILED', message: 'the run could not be queued for a worker; nothing was started' })).catch(() => {});
       throw e;
     }
-    void this.runs.event(runId, { type: c.outcome === 'QUEUED' ? 'queued' : 'accepted', pool: settings.pool }).catch(() => {});
     const st = status(c.outcome === 'QUEUED' ? 'queued' : 'starting');
     const steps = (input.mode === 'parallel' ? st.steps[0]!.members! : st.steps).map((s) => ({ index: s.index, agent: s.agent, state: s.state }));
     return {
@@ -226,6 +228,9 @@ export class DistributedExecutor implements DistributedRuns {
       run = (await this.runs.read(runId)) ?? run;
     }
     await this.runs.markDismissed(runId, ctx.sessionId);
+    // What is left of its worktrees lives on the machine that ran it: the pool's workers are asked to remove it
+    // (docs/scale-out.md, "Worktree isolation over Redis"). Best effort: a worker that is down sweeps at its start.
+    if (run.worker !== null) await this.runs.redis.publish(channels.cleanup(run.record.pool), runId).catch(() => 0);
     return { runId, state: run.status.state, dismissed: true, cancelled };
   }
 
@@ -264,20 +269,29 @@ export class DistributedExecutor implements DistributedRuns {
    * Removes ended runs whose end (or, dismissed, whose end too) is older than `olderThanMs`, never an active one
    * (docs/scale-out.md, "Limits"); with `dryRun`, only says which.
    */
-  async collectGarbage(olderThanMs: number, dryRun: boolean): Promise<{ removed: Array<{ runId: string; endedAt: string; dismissed: boolean }>; keptActive: number; keptRecent: number; dryRun: boolean }> {
+  async collectGarbage(olderThanMs: number, dryRun: boolean, branches = false): Promise<{ removed: Array<{ runId: string; endedAt: string; dismissed: boolean }>; keptActive: number; keptRecent: number; dryRun: boolean; branchesAsked?: number }> {
     const cutoff = Date.now() - olderThanMs;
     const removed: Array<{ runId: string; endedAt: string; dismissed: boolean }> = [];
     let keptActive = 0;
     let keptRecent = 0;
+    let branchesAsked = 0;
     for (const id of await this.runs.allRuns()) {
       const r = await this.runs.read(id);
       if (!r) continue;
       if (!isTerminalRun(r.status.state) || r.status.endedAt === null) { keptActive++; continue; }
       if (Date.parse(r.status.endedAt) > cutoff) { keptRecent++; continue; }
-      if (!dryRun) await this.runs.remove(r);
       removed.push({ runId: id, endedAt: r.status.endedAt, dismissed: r.dismissed });
+      if (dryRun) continue;
+      // A branch is in the checkout of the machine that ran its step: that worker deletes it, from its own copy of
+      // the run (docs/scale-out.md, "Worktree isolation over Redis").
+      const isolated = r.status.steps.some((s) => s.changes || s.members?.some((m) => m.changes));
+      if (branches && isolated && r.worker !== null) {
+        await this.runs.redis.publish(channels.cleanup(r.record.pool), JSON.stringify({ runId: id, branches: true })).catch(() => 0);
+        branchesAsked++;
+      }
+      await this.runs.remove(r);
     }
-    return { removed, keptActive, keptRecent, dryRun };
+    return { removed, keptActive, keptRecent, dryRun, ...(branches ? { branchesAsked } : {}) };
   }
 
   /** A full run id, or the one run whose id starts with `arg`; RUN_NOT_FOUND or INVALID_INPUT (ambiguous) otherwise. */
@@ -444,17 +458,30 @@ export class DistributedExecutor implements DistributedRuns {
     return answer(run);
   }
 
-  async readBytes(ctx: ManagerContext, runId: string, part: 'output' | 'events' | { step: string }, offset: number, length: number): Promise<{ buf: Buffer; size: number }> {
+  async readBytes(ctx: ManagerContext, runId: string, part: 'output' | 'events' | { step: string; patch?: boolean }, offset: number, length: number): Promise<{ buf: Buffer; size: number }> {
     const run = await this.visible(ctx, runId);
     if (part === 'events') {
       const all = Buffer.from((await this.runs.events(runId)).map((e) => JSON.stringify(e)).join('\n') + '\n');
       return { buf: all.subarray(offset, offset + length), size: all.length };
     }
-    const key = part === 'output' ? 'run' : part.step;
-    if (part !== 'output' && !run.status.steps.some((s) => s.key === key || s.members?.some((m) => m.key === key))) throw notFound(runId);
+    const step = part === 'output' ? 'run' : part.step;
+    if (part !== 'output' && !run.status.steps.some((s) => s.key === step || s.members?.some((m) => m.key === step))) throw notFound(runId);
+    // An isolated step's patch is mirrored by its worker next to its output (src/worker/mirror.ts).
+    const key = part !== 'output' && part.patch ? `${step}.patch` : step;
     const size = await this.runs.outputLength(runId, key);
     const buf = offset >= size ? Buffer.alloc(0) : await this.runs.outputRange(runId, key, offset, Math.min(size, offset + length) - 1);
     return { buf, size };
+  }
+
+  lineage(ctx: ManagerContext): Promise<Set<string>> {
+    return this.runs.lineage(ctx.sessionId);
+  }
+
+  /** Every run's events from the feed stream (docs/watch-and-ui.md, "`watch` over Redis"). */
+  async follow(since: FeedSince, signal: AbortSignal, onEntries: (entries: FeedEntry[]) => void | Promise<void>, onPlaced?: () => void): Promise<void> {
+    const from = since === null ? null : since === 'start' ? FEED_START : 'cursor' in since ? since.cursor : feedIdBefore(since.sinceMs);
+    if (from !== null && !isFeedId(from)) throw new SubagentError('INVALID_INPUT', `${JSON.stringify(from.slice(0, 60))} is not a cursor of this Redis's feed (one looks like 1796425051396-0); copy one from an earlier line, or use "start" or an age such as 10m.`);
+    return followFeed(this.settings.redisUrl, from, signal, onEntries, onPlaced);
   }
 
   async health(): Promise<DistributedHealth> {
@@ -467,7 +494,7 @@ export class DistributedExecutor implements DistributedRuns {
         .map((w) => ({ id: w.id, host: w.host, pool: w.pool, concurrency: w.concurrency, running: w.running, lastSeenMs: Math.max(0, now - w.at) }))
         .filter((w) => w.lastSeenMs <= recent);
       const c = await this.runs.counts();
-      return { ...base, reachable: true, version: info.version, persistence: { aof: info.aof, rdb: info.rdbSaves }, workers, active: c.active, queued: c.queued };
+      return { ...base, reachable: true, version: info.version, persistence: { aof: info.aof, rdb: info.rdbSaves }, workers, active: c.active, queued: c.queued, agents: c.agents };
     } catch (e) {
       return { ...base, reachable: false, problem: e instanceof SubagentError ? e.message : 'Redis could not be asked', workers: [] };
     }
@@ -477,6 +504,32 @@ export class DistributedExecutor implements DistributedRuns {
     this.notes.close();
     await this.queue.close();
     this.runs.redis.disconnect();
+  }
+}
+
+/**
+ * A launch's isolation, checked as far as this server can (docs/scale-out.md, "Worktree isolation over Redis"): a
+ * baseRef must look like a revision, and a cwd that exists on this machine must be inside a git working tree (the
+ * pool's machines share checkout paths). The worker resolves the repository and the base commit itself, as a local
+ * launch does, and ends the run failed naming the path when it cannot.
+ */
+async function checkIsolation(ctx: ManagerContext, cwd: string, input: LaunchInput): Promise<void> {
+  if (input.isolation !== 'worktree') {
+    if (input.baseRef !== undefined) throw new SubagentError('INVALID_INPUT', 'baseRef applies to isolated runs only: add isolation: "worktree", or use agents whose files say isolation: worktree.');
+    return;
+  }
+  const ref = input.baseRef;
+  if (ref !== undefined && (ref.startsWith('-') || /[\x00-\x20\x7f]/.test(ref))) {
+    throw new SubagentError('INVALID_INPUT', `baseRef ${JSON.stringify(ref.slice(0, 100))} is not a git revision; give a branch, tag or commit (e.g. "main", "v1.2", a sha).`);
+  }
+  if (!fs.existsSync(cwd)) return;
+  const gitBin = resolveBin('git', { pathEnv: ctx.env.PATH });
+  if (!gitBin) return; // the worker needs git, not this server
+  const wt = await import('../../lifecycle/worktree.js');
+  try {
+    await wt.repoOf(cwd, gitBin);
+  } catch (e) {
+    if (e instanceof wt.NotIsolatable) throw new SubagentError('INVALID_INPUT', e.message);
   }
 }
 

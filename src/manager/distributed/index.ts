@@ -21,8 +21,10 @@ export function distributedRuns(settings: Settings): DistributedRuns | undefined
     runState: async (ctx, runId) => (await get()).runState(ctx, runId),
     watch: async (runId, onChange) => (await get()).watch(runId, onChange),
     everyRun: async (all) => (await get()).everyRun(all),
-    collectGarbage: async (olderThanMs, dryRun) => (await get()).collectGarbage(olderThanMs, dryRun),
+    collectGarbage: async (olderThanMs, dryRun, branches) => (await get()).collectGarbage(olderThanMs, dryRun, branches),
     resolveRunId: async (arg) => (await get()).resolveRunId(arg),
+    follow: async (since, signal, onEntries, onPlaced) => (await get()).follow(since, signal, onEntries, onPlaced),
+    lineage: async (ctx) => (await get()).lineage(ctx),
     health: async () => (await get()).health(),
     close: async () => { if (executor) await (await executor).close(); },
   };

@@ -5,7 +5,7 @@
 import type { RedisRuns, StoredRun } from '../../store/redis/run-store.js';
 import { isTerminalRun, isTerminalStep, type RunStatus, type StepError, type StepStatus } from '../../store/run-types.js';
 import type { ManagerContext } from '../context.js';
-import { DEFAULT_OUTPUT_BYTES, type RunView, type StepView, type TextView } from '../status-view.js';
+import { changesView, DEFAULT_OUTPUT_BYTES, type RunView, type StepView, type TextView } from '../status-view.js';
 
 /** A status ended from outside its worker: steps that were running fail, steps never started are skipped. */
 export function endedStatus(s: RunStatus, state: 'failed' | 'cancelled', error: StepError): RunStatus {
@@ -48,6 +48,7 @@ export async function renderDistributedRun(runs: RedisRuns, ctx: ManagerContext,
       index: s.index, agent: s.agent, state: s.state, exitCode: s.exitCode, signal: s.signal, startedAt: s.startedAt,
       endedAt: s.endedAt, pid: s.process?.pid ?? null, output, usage: s.usage, costUsd: s.costUsd, error: s.error, children: [],
     };
+    if (s.changes) v.changes = changesView(s.changes);
     if (s.state === 'failed' && !s.members) {
       const err = await boundedStored(runs, runId, `${s.key}.err`, 512);
       v.stderrTail = err.text;

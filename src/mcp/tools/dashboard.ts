@@ -1,6 +1,7 @@
 import type { ManagerContext } from '../../manager/context.js';
 import { isVisible, listVisible, notFound, readMeta } from '../../manager/listing.js';
 import { HomeModel, type ListPage } from '../../ui/model.js';
+import { RedisModel } from '../../ui/redis-model.js';
 import { DASHBOARD_URI } from '../app-resource.js';
 import { invalid, parseInput, refusal, success } from '../results.js';
 import { DashboardInput, DashboardOutput } from '../schemas.js';
@@ -8,6 +9,15 @@ import type { ToolDefinition } from '../tool.js';
 
 /** One view model per session context: ended runs are read once, active ones again at each call. */
 const models = new WeakMap<ManagerContext, HomeModel>();
+const remoteModels = new WeakMap<ManagerContext, RedisModel>();
+
+/** Distributed mode: the session's runs read from Redis at each call (docs/watch-and-ui.md, "The dashboard over Redis"). */
+async function remoteModelOf(ctx: ManagerContext): Promise<RedisModel> {
+  let m = remoteModels.get(ctx);
+  if (!m) { m = new RedisModel(ctx, 'session'); remoteModels.set(ctx, m); }
+  await m.loadRemote();
+  return m;
+}
 
 function modelOf(ctx: ManagerContext): HomeModel {
   let m = models.get(ctx);
@@ -52,7 +62,8 @@ export const dashboardTool: ToolDefinition = {
     try {
       const a = parseInput(DashboardInput, args);
       const ctx = env.ctx;
-      const model = modelOf(ctx);
+      const remote = ctx.distributed ? await remoteModelOf(ctx) : null;
+      const model = remote ?? modelOf(ctx);
       const view = a.view ?? 'list';
       if (view === 'list') {
         const page = model.list({ state: a.state, agent: a.agent, q: a.q, all: a.all, page: a.page });
@@ -60,12 +71,12 @@ export const dashboardTool: ToolDefinition = {
       }
       if (!a.runId) throw invalid(`view "${view}" needs runId. Call dashboard {} for the list.`);
       if (view === 'run') {
-        const d = model.detail(a.runId);
+        const d = remote ? await remote.detailRemote(a.runId) : model.detail(a.runId);
         if (!d) throw notFound(a.runId);
         return success({ view, sessionId: ctx.sessionId, ...d }, `run ${d.run.runId} ${d.run.state}; status { runId } has the same in full.`);
       }
       if (!a.step) throw invalid('view "output" needs step (a step key such as "0" or "2.1").');
-      const tail = model.outputTail(a.runId, a.step, a.bytes ?? 16 * 1024);
+      const tail = remote ? await remote.outputTailRemote(a.runId, a.step, a.bytes ?? 16 * 1024) : model.outputTail(a.runId, a.step, a.bytes ?? 16 * 1024);
       if (!tail) throw notFound(a.runId);
       return success({ view, sessionId: ctx.sessionId, ...tail }, `the last ${tail.text.length} characters of step ${tail.key}'s output (${tail.bytes} bytes in all); the whole output is the resource subagents://runs/${a.runId}/steps/${tail.key}/output.`);
     } catch (e) {

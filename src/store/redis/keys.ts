@@ -29,9 +29,17 @@ export const keys = {
   sessionRuns: (sessionId: string) => `${PREFIX}session:${sessionId}:runs`,
   /** SET of a session's direct ancestors (restore): links are added, never removed. */
   sessionAncestors: (sessionId: string) => `${PREFIX}session:${sessionId}:ancestors`,
+  /**
+   * STREAM of every run's events, in the order Redis recorded them (fields run, session, event JSON): what `watch`
+   * and a server's list-change notifications follow. Trimmed to about FEED_MAX_LEN entries.
+   */
+  feed: `${PREFIX}feed`,
   /** HASH worker id → heartbeat JSON (host, pool, concurrency, running, at). */
   workers: `${PREFIX}workers`,
 };
+
+/** About how many events the feed keeps (XADD MAXLEN ~): a watcher resumes from a cursor at most this far back. */
+export const FEED_MAX_LEN = 100_000;
 
 export const channels = {
   /** PUBLISHed on every change of a run's status: a waiting `status` wakes on it. */
@@ -41,6 +49,8 @@ export const channels = {
   /** Append requests of a pool's chains (JSON { runId, requestId, entry }); the holder answers on `reply`. */
   append: (pool: string) => `${PREFIX}append:${pool}`,
   reply: (requestId: string) => `${PREFIX}reply:${requestId}`,
+  /** Dismissed runs of a pool (their id): the worker whose home still has their worktrees removes them. */
+  cleanup: (pool: string) => `${PREFIX}cleanup:${pool}`,
 };
 
 /** BullMQ queue name of a pool (docs/scale-out.md, "Pools and roots"). BullMQ adds its own `bull:` prefix. */

@@ -6,7 +6,7 @@
  */
 import type { RunStatus } from '../run-types.js';
 import { bounded as boundedCall, ready } from './connection.js';
-import { channels, keys } from './keys.js';
+import { channels, FEED_MAX_LEN, keys } from './keys.js';
 import type { ScriptedRedis } from './scripts.js';
 
 /** What a server records of a distributed run at launch; the worker adds where it runs. */
@@ -65,8 +65,10 @@ export class RedisRuns {
   async claimLaunch(record: DistributedRecord, admitted: RunStatus, queued: RunStatus, o: { limit: number; queueAllowed: boolean; maxQueued: number }): Promise<ClaimOutcome> {
     const r = await this.call('accept the launch', () => this.redis.saClaimLaunch(
       keys.active, keys.queued, keys.queueSeq, keys.fanout(record.runId), keys.run(record.runId), keys.sessionRuns(record.sessionId), keys.allRuns,
+      keys.events(record.runId), keys.feed,
       record.runId, o.limit, record.claims, record.limits.maxSpawns, o.queueAllowed ? 1 : 0, o.maxQueued,
-      JSON.stringify(record), Date.parse(record.createdAt), JSON.stringify(admitted), JSON.stringify(queued)));
+      JSON.stringify(record), Date.parse(record.createdAt), JSON.stringify(admitted), JSON.stringify(queued),
+      JSON.stringify({ ts: record.createdAt, type: '', mode: record.mode, pool: record.pool }), record.sessionId, FEED_MAX_LEN));
     const [outcome, a, position, q] = [String(r[0]), Number(r[1]), Number(r[2]), Number(r[3])];
     if (outcome === 'FANOUT') return { outcome, used: a };
     if (outcome === 'QUEUED') return { outcome, active: a, position, queued: q };
@@ -92,9 +94,14 @@ export class RedisRuns {
     await this.call('record the run\'s worker', () => this.redis.hset(keys.run(runId), fields));
   }
 
-  /** The run's end (the first end wins), its slots returned; false when it had already ended. */
-  async endRun(status: RunStatus): Promise<boolean> {
-    const r = await this.call('record the run\'s end', () => this.redis.saEndRun(keys.run(status.runId), keys.active, keys.queued, keys.agents, keys.agentsTotal, status.runId, JSON.stringify(status), channels.run(status.runId)));
+  /**
+   * The run's end (the first end wins), its slots returned and its `ended` event recorded (with `fields`, such as the
+   * worker); false when it had already ended.
+   */
+  async endRun(status: RunStatus, fields: Record<string, unknown> = {}): Promise<boolean> {
+    const event = JSON.stringify({ ts: status.endedAt ?? new Date().toISOString(), type: 'ended', state: status.state, ...(status.error ? { error: status.error.code } : {}), ...fields });
+    const r = await this.call('record the run\'s end', () => this.redis.saEndRun(keys.run(status.runId), keys.active, keys.queued, keys.agents, keys.agentsTotal, keys.events(status.runId), keys.feed,
+      status.runId, JSON.stringify(status), channels.run(status.runId), event, FEED_MAX_LEN));
     return r === 1;
   }
 
@@ -117,6 +124,11 @@ export class RedisRuns {
     return this.call('store the output', () => this.redis.saAppendCapped(keys.output(runId, stepKey), bytes, capBytes));
   }
 
+  /** A whole stored text at once (an isolated step's patch): written again, it is the same, never doubled. */
+  async putOutput(runId: string, stepKey: string, bytes: Buffer): Promise<void> {
+    await this.call('store the output', () => this.redis.set(keys.output(runId, stepKey), bytes));
+  }
+
   async outputLength(runId: string, stepKey: string): Promise<number> {
     return this.call('read the output', () => this.redis.strlen(keys.output(runId, stepKey)));
   }
@@ -126,8 +138,9 @@ export class RedisRuns {
     return this.call('read the output', () => this.redis.getrangeBuffer(keys.output(runId, stepKey), start, end));
   }
 
+  /** One event of the run, in its events and the feed (./keys.ts); `ev.ts` defaults to now. */
   async event(runId: string, ev: Record<string, unknown>): Promise<void> {
-    await this.call('record the event', () => this.redis.rpush(keys.events(runId), JSON.stringify({ ts: new Date().toISOString(), ...ev })));
+    await this.call('record the event', () => this.redis.saEvent(keys.run(runId), keys.events(runId), keys.feed, runId, JSON.stringify({ ts: new Date().toISOString(), ...ev }), FEED_MAX_LEN));
   }
 
   async events(runId: string): Promise<Array<Record<string, unknown>>> {
@@ -157,15 +170,19 @@ export class RedisRuns {
         outputs.push(...found);
       } while (cursor !== '0');
     });
+    // Its removal is an event of the feed only: a session's servers announce their changed list.
+    const removed = JSON.stringify({ ts: new Date().toISOString(), type: 'removed' });
     await this.call('remove the run', () => this.redis.multi()
       .del(keys.run(runId), keys.events(runId), keys.fanout(runId), ...outputs)
       .zrem(keys.allRuns, runId).zrem(keys.sessionRuns(sessionId), runId)
+      .xadd(keys.feed, 'MAXLEN', '~', FEED_MAX_LEN, '*', 'run', runId, 'session', sessionId, 'event', removed)
       .exec());
   }
 
   /** Hides the run from listings (it stays readable by id); who asked is kept with it. */
   async markDismissed(runId: string, by: string): Promise<void> {
-    await this.call('record the dismissal', () => this.redis.hsetnx(keys.run(runId), 'dismissed', by));
+    const event = JSON.stringify({ ts: new Date().toISOString(), type: 'dismissed' });
+    await this.call('record the dismissal', () => this.redis.saDismiss(keys.run(runId), keys.events(runId), keys.feed, runId, by, event, FEED_MAX_LEN));
   }
 
   /** Whether a session has ever had a run (restore's "known" test). */

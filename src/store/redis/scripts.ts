@@ -8,15 +8,32 @@ import type { Redis } from 'ioredis';
 const TERMINAL = `local terminal = { completed = true, failed = true, cancelled = true }`;
 
 /**
+ * Records one event of a run: appended to the run's events and to the feed stream every watcher reads (XADD, trimmed
+ * to about `maxLen` entries), in the same step as the change it reports (docs/watch-and-ui.md, "`watch` over Redis").
+ */
+const RECORD_EVENT = `
+local function recordEvent(eventsKey, feedKey, runId, sessionId, json, maxLen)
+  redis.call('RPUSH', eventsKey, json)
+  return redis.call('XADD', feedKey, 'MAXLEN', '~', maxLen, '*', 'run', runId, 'session', sessionId, 'event', json)
+end
+local function sessionOf(runKey)
+  local rec = redis.call('HGET', runKey, 'record')
+  if not rec then return '' end
+  return cjson.decode(rec).sessionId or ''
+end`;
+
+/**
  * A launch's acceptance, all or nothing: the tree's fan-out claim, then an active-run slot, else a place in the queue
  * (when allowed and not full), else a refusal; the run's record and first status are written in the same step, so
  * no reader sees one without the other.
- * KEYS: active, queued, queueSeq, fanout, run, sessionRuns, allRuns. ARGV: runId, limit (0: none), claims, maxSpawns,
- * queueAllowed (1/0), maxQueued, record JSON, createdAtMs, status JSON for admitted, status JSON for queued.
+ * KEYS: active, queued, queueSeq, fanout, run, sessionRuns, allRuns, events, feed. ARGV: runId, limit (0: none), claims,
+ * maxSpawns, queueAllowed (1/0), maxQueued, record JSON, createdAtMs, status JSON for admitted, status JSON for queued,
+ * event JSON (its type is set here: accepted or queued, with the queue position), sessionId, feed length.
  * Returns { outcome, active, position, queued } with outcome ADMITTED, QUEUED, FULL, QUEUE_FULL or FANOUT (then
  * `active` is the tree's used count).
  */
 const CLAIM_LAUNCH = `
+${RECORD_EVENT}
 local runId, limit, claims, maxSpawns = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local used = tonumber(redis.call('GET', KEYS[4]) or '0')
 if used + claims > maxSpawns then return { 'FANOUT', used, 0, 0 } end
@@ -42,6 +59,9 @@ if outcome == 'QUEUED' then status = ARGV[10] end
 redis.call('HSET', KEYS[5], 'record', ARGV[7], 'status', status, 'state', cjson.decode(status).state)
 redis.call('ZADD', KEYS[6], tonumber(ARGV[8]), runId)
 redis.call('ZADD', KEYS[7], tonumber(ARGV[8]), runId)
+local ev = cjson.decode(ARGV[11])
+if outcome == 'QUEUED' then ev.type, ev.position = 'queued', position else ev.type = 'accepted' end
+recordEvent(KEYS[8], KEYS[9], runId, ARGV[12], cjson.encode(ev), ARGV[13])
 return { outcome, active, position, queued }
 `;
 
@@ -94,11 +114,14 @@ return 1
 /**
  * The one way a run ends in Redis: compare-and-set of the terminal state (the first end wins), its active-run slot
  * or queue place and its agent slots returned in the same step, announced on the run's channel.
- * KEYS: run, active, queued, agents, agentsTotal. ARGV: runId, status JSON (terminal), channel.
+ * Its `ended` event is recorded in the same step.
+ * KEYS: run, active, queued, agents, agentsTotal, events, feed. ARGV: runId, status JSON (terminal), channel, event
+ * JSON, feed length.
  * Returns 1 ended here, 0 it had already ended (or is unknown).
  */
 const END_RUN = `
 ${TERMINAL}
+${RECORD_EVENT}
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state or terminal[state] then return 0 end
 redis.call('HSET', KEYS[1], 'status', ARGV[2], 'state', cjson.decode(ARGV[2]).state)
@@ -109,8 +132,18 @@ if mine > 0 then
   redis.call('HDEL', KEYS[4], ARGV[1])
   redis.call('DECRBY', KEYS[5], mine)
 end
+recordEvent(KEYS[6], KEYS[7], ARGV[1], sessionOf(KEYS[1]), ARGV[4], ARGV[5])
 redis.call('PUBLISH', ARGV[3], 'status')
 return 1
+`;
+
+/**
+ * One event of a run that changes nothing else (a worker took it, a step started or ended, a dismissal).
+ * KEYS: run, events, feed. ARGV: runId, event JSON, feed length. Returns the feed entry's id.
+ */
+const EVENT = `
+${RECORD_EVENT}
+return recordEvent(KEYS[2], KEYS[3], ARGV[1], sessionOf(KEYS[1]), ARGV[2], ARGV[3])
 `;
 
 /**
@@ -124,22 +157,37 @@ if len >= cap then return len end
 return redis.call('APPEND', KEYS[1], string.sub(ARGV[1], 1, cap - len))
 `;
 
+/**
+ * A run's dismissal (who asked), with its `dismissed` event in the same step; a second dismissal changes nothing.
+ * KEYS: run, events, feed. ARGV: runId, by, event JSON, feed length. Returns 1 dismissed here, 0 already dismissed.
+ */
+const DISMISS = `
+${RECORD_EVENT}
+if redis.call('HSETNX', KEYS[1], 'dismissed', ARGV[2]) == 0 then return 0 end
+recordEvent(KEYS[2], KEYS[3], ARGV[1], sessionOf(KEYS[1]), ARGV[3], ARGV[4])
+return 1
+`;
+
 export interface SubagentScripts {
   saClaimLaunch(...args: Array<string | number>): Promise<[string, number, number, number]>;
   saStartRun(...args: Array<string | number>): Promise<number>;
   saPutStatus(...args: Array<string | number>): Promise<number>;
   saEndRun(...args: Array<string | number>): Promise<number>;
   saAppendCapped(...args: Array<string | number | Buffer>): Promise<number>;
+  saEvent(...args: Array<string | number>): Promise<string>;
+  saDismiss(...args: Array<string | number>): Promise<number>;
 }
 
 export type ScriptedRedis = Redis & SubagentScripts;
 
 /** Registers the scripts (EVALSHA, loaded on first use) on a client. */
 export function defineScripts(r: Redis): ScriptedRedis {
-  r.defineCommand('saClaimLaunch', { numberOfKeys: 7, lua: CLAIM_LAUNCH });
+  r.defineCommand('saClaimLaunch', { numberOfKeys: 9, lua: CLAIM_LAUNCH });
   r.defineCommand('saStartRun', { numberOfKeys: 5, lua: START_RUN });
   r.defineCommand('saPutStatus', { numberOfKeys: 1, lua: PUT_STATUS });
-  r.defineCommand('saEndRun', { numberOfKeys: 5, lua: END_RUN });
+  r.defineCommand('saEndRun', { numberOfKeys: 7, lua: END_RUN });
+  r.defineCommand('saEvent', { numberOfKeys: 3, lua: EVENT });
+  r.defineCommand('saDismiss', { numberOfKeys: 3, lua: DISMISS });
   r.defineCommand('saAppendCapped', { numberOfKeys: 1, lua: APPEND_CAPPED });
   return r as ScriptedRedis;
 }
