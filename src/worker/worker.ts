@@ -73,8 +73,9 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
     if (!h.local) reply = { ok: false, code: 'BUSY', message: `run ${req.runId} is still starting on worker ${host}; retry in a moment.` };
     else {
       try {
-        reply = { ok: true, result: await appendStep(local, h.local, req.entry) };
-        await runs.recordAppend(req.runId).catch(() => {}); // status shows it pending until its step starts
+        const result = await appendStep(local, h.local, req.entry);
+        reply = { ok: true, result };
+        await runs.recordAppend(req.runId, result.fanout.used).catch(() => {}); // status shows it pending until its step starts
       } catch (e) {
         reply = isSubagentError(e) ? { ok: false, code: e.code, message: e.message.split(h.local).join(req.runId) } : { ok: false, code: 'INTERNAL', message: 'the worker could not record the append' };
       }

@@ -696,6 +696,7 @@ describe.skipIf(skipped).each(['local', 'redis'] as const)('the contract in %s m
     const fits = await s4.call('append', { runId, step: { parallel: [step('1'), step('2'), step('3')] } });
     expect(fits.isError, textOf(fits)).toBeFalsy();
     expect(sc(fits)).toMatchObject({ stepIndex: 1, pendingAppends: 1, fanout: { used: 4, limit: 4, remaining: 0 } });
+    expect(sc(await s4.call('status', { runId }))).toMatchObject({ pendingAppends: 1, fanout: { used: 4, limit: 4, remaining: 0 } });
     expect(textOf(await s4.call('append', { runId, step: step('5') }))).toMatch(/^FANOUT_EXHAUSTED: .*0 of 4/);
     release('held3');
     const fin = await waitTerminal(s4, runId, 60_000);

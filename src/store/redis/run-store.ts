@@ -111,9 +111,16 @@ export class RedisRuns {
     return { record: JSON.parse(h.record) as DistributedRecord, status: JSON.parse(h.status) as RunStatus, worker: h.worker ?? null, host: h.host ?? null, dismissed: h.dismissed !== undefined, appendsAccepted: Number(h.appendsAccepted ?? 0) };
   }
 
-  /** Counts an append the holding worker accepted, and wakes the run's watchers (its pending appends changed). */
-  async recordAppend(runId: string): Promise<void> {
-    await this.call('record the append', () => this.redis.multi().hincrby(keys.run(runId), 'appendsAccepted', 1).publish(channels.run(runId), 'append').exec());
+  /**
+   * Counts an append the holding worker accepted with the tree's fan-out it claimed there (the worker holds the tree's
+   * budget once the run is its own), and wakes the run's watchers (its pending appends and fan-out changed).
+   */
+  async recordAppend(runId: string, fanoutUsed: number): Promise<void> {
+    await this.call('record the append', () => this.redis.multi()
+      .hincrby(keys.run(runId), 'appendsAccepted', 1)
+      .set(keys.fanout(runId), String(fanoutUsed), 'KEEPTTL')
+      .publish(channels.run(runId), 'append')
+      .exec());
   }
 
   async readState(runId: string): Promise<string | null> {
