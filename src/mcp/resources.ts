@@ -222,7 +222,8 @@ async function readDistributedResource(ctx: ManagerContext, d: NonNullable<Manag
 export const MAX_COMPLETIONS = 100;
 
 /** Template completion: run ids of this session for `runId`, step keys of that run for `index`. */
-export function completeArgument(ctx: ManagerContext, name: string, value: string, context: Record<string, string> = {}): { values: string[]; total: number } {
+export async function completeArgument(ctx: ManagerContext, name: string, value: string, context: Record<string, string> = {}): Promise<{ values: string[]; total: number }> {
+  if (ctx.distributed) return completeDistributed(ctx, ctx.distributed, name, value, context);
   let all: string[] = [];
   if (name === 'runId') all = listVisible(ctx).map((m) => m.runId).filter((id) => id.startsWith(value));
   else if (name === 'index' && context.runId) {
@@ -232,6 +233,21 @@ export function completeArgument(ctx: ManagerContext, name: string, value: strin
       all = (s?.steps ?? []).flatMap((st) => [st.key, ...(st.members ?? []).map((m) => m.key)]).filter((k) => k.startsWith(value));
     } catch { all = []; }
   }
+  return { values: all.slice(0, MAX_COMPLETIONS), total: all.length };
+}
+
+/** Distributed mode's completion: the same answers, from Redis. */
+async function completeDistributed(ctx: ManagerContext, d: NonNullable<ManagerContext['distributed']>, name: string, value: string, context: Record<string, string>): Promise<{ values: string[]; total: number }> {
+  let all: string[] = [];
+  try {
+    if (name === 'runId') {
+      const answer = await d.status(ctx, { all: true }, { signal: new AbortController().signal });
+      all = (answer.kind === 'list' ? answer.runs : []).map((r) => r.runId).filter((id) => id.startsWith(value));
+    } else if (name === 'index' && context.runId) {
+      const { status } = await d.runState(ctx, context.runId);
+      all = status.steps.flatMap((st) => [st.key, ...(st.members ?? []).map((m) => m.key)]).filter((k) => k.startsWith(value));
+    }
+  } catch { all = []; }
   return { values: all.slice(0, MAX_COMPLETIONS), total: all.length };
 }
 

@@ -823,4 +823,24 @@ describe.skipIf(skipped).each(['local', 'redis'] as const)('the contract in %s m
     expect(seen).toMatchObject({ state: 'completed', adopted: true, output: { text: 'from A' } });
     expect(sc(await c.call('status', {})).runs.map((x: { runId: string }) => x.runId)).toContain(runId);
   }, 90_000);
+  it('completion offers the session\'s run ids and a run\'s step keys; another session is offered none of them', async () => {
+    const runId = sc(await s().call('launch', { tasks: [{ agent: 'echo', task: 'a' }, { agent: 'echo', task: 'b' }] })).runId as string;
+    await waitTerminal(s(), runId, 60_000);
+    const ref = { type: 'ref/resource' as const, uri: 'subagents://runs/{runId}/output' };
+    const mine = await s().client.complete({ ref, argument: { name: 'runId', value: runId.slice(0, 10) } });
+    expect(mine.completion.values).toContain(runId);
+    expect(mine.completion.values.every((v) => v.startsWith(runId.slice(0, 10)))).toBe(true);
+    const steps = await s().client.complete({
+      ref: { type: 'ref/resource', uri: 'subagents://runs/{runId}/steps/{index}/output' },
+      argument: { name: 'index', value: '' }, context: { arguments: { runId } },
+    });
+    expect(steps.completion.values.length).toBeGreaterThanOrEqual(2);
+    sameInBothModes('completion of step keys', steps.completion.values);
+    const env: Record<string, string> = { SUBAGENTS_HOME: homes[mode], SUBAGENTS_ROOTS: t.root };
+    if (mode === 'redis') env.SUBAGENTS_REDIS_URL = redis.url;
+    const other = await startServer(env);
+    extra.push(other);
+    const theirs = await other.client.complete({ ref, argument: { name: 'runId', value: runId.slice(0, 10) } });
+    expect(theirs.completion.values).not.toContain(runId);
+  }, 90_000);
 });
