@@ -50,10 +50,11 @@ runBench(async () => {
     writeAgent(h.home, name, { backend: 'command', command: [fake, '-p', mode] });
   }
   const warm = process.env.SUBAGENTS_WARM_RUNNERS;
-  const oursEnv = serverEnv(h, warm === undefined ? {} : { SUBAGENTS_WARM_RUNNERS: warm });
+  const runs = process.env.SUBAGENTS_WARM_RUNNER_RUNS;
+  const oursEnv = serverEnv(h, { ...(warm === undefined ? {} : { SUBAGENTS_WARM_RUNNERS: warm }), ...(runs === undefined ? {} : { SUBAGENTS_WARM_RUNNER_RUNS: runs }) });
   const ours = await startServer(oursEnv);
   const theirs = await connectPeer(fake, h.root);
-  note(`${PEER} from ${CACHE}; ${N} samples each, interleaved; ours with SUBAGENTS_WARM_RUNNERS=${warm ?? 'default'}; shared, loaded machine`);
+  note(`${PEER} from ${CACHE}; ${N} samples each, interleaved; ours with SUBAGENTS_WARM_RUNNERS=${warm ?? 'default'}, SUBAGENTS_WARM_RUNNER_RUNS=${runs ?? 'default'}; shared, loaded machine`);
   await new Promise((r) => setTimeout(r, 2500)); // our pool's startup fill
   const idlePids = processesOfHome(h.home).filter((pid) => { try { return fs.readFileSync(`/proc/${pid}/cmdline`, 'latin1').includes('--warm'); } catch { return false; } });
   const poolMiB = idlePids.reduce((sum, pid) => sum + rssMiB(pid), 0);

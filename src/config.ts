@@ -33,6 +33,8 @@ export interface Settings {
   warmRunners: number;
   /** How long an idle runner waits to be claimed before it exits. */
   warmIdleMs: number;
+  /** Runs one warm runner serves in turn before it exits (1: one run each). */
+  warmRunnerRuns: number;
   /**
    * The Redis of distributed mode (docs/scale-out.md); null: local mode, the state home alone. A credential: never
    * logged, listed or passed to an agent (`redactRedisUrl`).
@@ -67,6 +69,7 @@ const NUMBERS: NumberSetting[] = [
   { key: 'maxOutputBytes', env: 'SUBAGENTS_MAX_OUTPUT_BYTES', def: 64 * 1024 * 1024, min: 1024 },
   { key: 'warmRunners', env: 'SUBAGENTS_WARM_RUNNERS', def: 2, min: 0, max: 16 },
   { key: 'warmIdleMs', env: 'SUBAGENTS_WARM_IDLE_MS', def: 300_000, min: 1000, max: 86_400_000 },
+  { key: 'warmRunnerRuns', env: 'SUBAGENTS_WARM_RUNNER_RUNS', def: 64, min: 1, max: 10_000 },
   { key: 'stallIntervalMs', env: 'SUBAGENTS_STALL_INTERVAL_MS', def: 30_000, min: 1000, max: 600_000 },
 ];
 

@@ -1,6 +1,6 @@
-import { isAlive } from '../process/identity.js';
+import { isAlive, servesRun } from '../process/identity.js';
 import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/terminate.js';
-import { requestCancel, requestTreeCancel } from '../lifecycle/cancel-request.js';
+import { requestCancel, requestTreeCancel, type CancelReason } from '../lifecycle/cancel-request.js';
 import { endRun } from '../lifecycle/run-lifecycle.js';
 import { isTerminalRun } from '../store/run-types.js';
 import { DirWatch } from '../wait.js';
@@ -27,7 +27,7 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
  * waits for the terminal state within grace + 2 s. A runner that is gone is reconciled; one that does not answer
  * (stopped, wedged) is stopped from here, identity-checked, and the run recorded cancelled.
  */
-export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?: (elapsedMs: number) => void): Promise<CancelResult> {
+export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?: (elapsedMs: number) => void, reason: CancelReason = 'CANCELLED'): Promise<CancelResult> {
   if (ctx.distributed) return ctx.distributed.cancel(ctx, runId);
   requireVisible(ctx, runId);
   let s = await freshStatus(ctx, runId);
@@ -38,8 +38,9 @@ export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?:
   }
   if (!isTerminalRun(s.state)) {
     const paths = ctx.store.paths(runId);
-    requestCancel(ctx.store, runId, 'CANCELLED', ctx.sessionId);
-    requestTreeCancel(ctx.store, runId, 'CANCELLED');
+    // PARENT_ENDED: a worker stopping a nested run whose launching agent ended on another machine (docs/scale-out.md).
+    requestCancel(ctx.store, runId, reason, ctx.sessionId);
+    requestTreeCancel(ctx.store, runId, reason);
     const record = ctx.store.readRecord(runId)!;
     const deadline = performance.now() + record.killGraceMs + 1500;
     const start = performance.now();
@@ -62,19 +63,19 @@ export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?:
       // The runner did not act within its grace: stop everything of the run from here.
       const runner = s.runner;
       const term = await terminateProcesses(() => findRunProcesses({ pgids: runnerGroups(runner), token: record.runToken, since: runner.startTime, exclude: [process.pid] }), 0, 500);
-      const ended = await endRun(ctx, record, { state: 'cancelled', error: { code: 'CANCELLED', message: 'the run was cancelled' }, survivors: term.survivors });
+      const ended = await endRun(ctx, record, { state: 'cancelled', error: reason === 'PARENT_ENDED' ? { code: 'PARENT_ENDED', message: 'the agent that launched this run ended' } : { code: 'CANCELLED', message: 'the run was cancelled' }, survivors: term.survivors });
       s = ended.status;
       // The runner did not log its end: this does, so that followers of the event log (watch) see the run end.
       if (ended.ours) ctx.store.event(runId, { type: 'ended', state: 'cancelled', by: 'canceller' });
       // Not awaited: deleting a large worktree must not hold up the answer (gc sweeps what an exit cuts short).
       if (term.survivors.length === 0) void removeStaleWorktrees(ctx, runId);
     }
-    // The runner exits right after recording the end (ledger release, last event): wait for that as well, within the
-    // same bound, so that an answer of "cancelled" means no process of the run is left.
+    // The runner exits right after recording the end (ledger release, last event), or goes back to the warm pool: wait
+    // for that as well, within the same bound, so that an answer of "cancelled" means no process of the run is left.
     const runner = s.runner;
     if (isTerminalRun(s.state) && runner) {
       const exitBy = Math.max(deadline, performance.now() + 1000);
-      while (isAlive(runner) && performance.now() < exitBy) await sleep(20);
+      while (servesRun(runner, paths.dir) && performance.now() < exitBy) await sleep(20);
     }
   }
   void serveQueue(ctx); // a slot this cancel freed (or that a lost runner held) goes to the queue's head

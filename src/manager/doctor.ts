@@ -80,6 +80,7 @@ function settingRows(s: Settings, warmIdle: number): DoctorReport['settings'] {
   add('SUBAGENTS_MAX_OUTPUT_BYTES', 'maxOutputBytes', String(s.maxOutputBytes));
   add('SUBAGENTS_WARM_RUNNERS', 'warmRunners', s.warmRunners === 0 ? '0 (a runner boots per launch)' : `${s.warmRunners} (${warmIdle} idle in this home now; after a burst, up to 8 for one idle time)`);
   add('SUBAGENTS_WARM_IDLE_MS', 'warmIdleMs', String(s.warmIdleMs));
+  add('SUBAGENTS_WARM_RUNNER_RUNS', 'warmRunnerRuns', String(s.warmRunnerRuns));
   // The URL carries the password: scheme, host and port only.
   add('SUBAGENTS_REDIS_URL', 'redisUrl', s.redisUrl ? `${redactRedisUrl(s.redisUrl)} (distributed mode)` : '(none: local mode)');
   add('SUBAGENTS_POOL', 'pool', s.pool);

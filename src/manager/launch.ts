@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { adapterFor, allAdapters } from '../agents/adapters/index.js';
 import { buildAgentEnv, DEFERRED_CA_CERTS } from '../agents/agent-env.js';
@@ -11,6 +12,7 @@ import { readTail } from '../store/text-tail.js';
 import { endRun } from '../lifecycle/run-lifecycle.js';
 import { newStepStatus } from '../store/step-status.js';
 import type { PreparedRun, PublishedRun } from '../store/run-store.js';
+import type { DistributedLink } from '../store/state-files.js';
 import { firstStepWidth, type AgentTaskSpec, type RunMode, type RunRecord, type RunStatus, type StepSpec } from '../store/run-types.js';
 import { CATALOG_SNAPSHOT_NAME, catalogFor, catalogSnapshotJson, freezeAgent } from './agent-resolver.js';
 import { bindReservation, pruneRoots, refusalWithoutLock, releaseReservation, reserve, type Reservation } from './capacity.js';
@@ -96,6 +98,20 @@ function capacityRefusal(ctx: ManagerContext, counts: string): SubagentError {
   return new SubagentError('CAPACITY_EXHAUSTED', `${counts} in this state home (SUBAGENTS_MAX_ACTIVE_RUNS).${hint}`);
 }
 
+export interface LaunchOptions {
+  signal: AbortSignal;
+  onProgress?: (phase: string) => void;
+  /**
+   * A worker's launch of a distributed run (docs/scale-out.md, "Nested delegation"): the Redis the run belongs to,
+   * written 0600 into the run's directory for its runner, which hands it to nested servers through budget files.
+   */
+  distributedLink?: DistributedLink;
+  /** A worker's launch: the run keeps its distributed run id in the worker's home (docs/scale-out.md). */
+  runId?: string;
+  /** A worker's launch: the run tree's budgets of the server that accepted it (docs/scale-out.md, "Capacity across machines"). */
+  treeLimits?: RunRecord['limits'];
+}
+
 /**
  * docs/contract.md, "Run states", in order: validate and resolve → reserve capacity and claim fan-out under the ledger lock → write the
  * run record → spawn the detached runner → ready → bind → proceed → answer. Any failure before proceed records the
@@ -103,7 +119,7 @@ function capacityRefusal(ctx: ManagerContext, counts: string): SubagentError {
  * The bind's ledger write is done while the runner boots, to the identity of the process we started; the ready
  * report must name that same identity before the bind counts and proceed is sent (docs/architecture.md, "Launch").
  */
-export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signal: AbortSignal; onProgress?: (phase: string) => void; runId?: string; treeLimits?: RunRecord['limits'] }): Promise<LaunchResult> {
+export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchOptions): Promise<LaunchResult> {
   if (ctx.distributed) return ctx.distributed.launch(ctx, input);
   const { settings } = ctx;
   if (process.platform === 'win32') throw new SubagentError('PLATFORM_UNSUPPORTED', 'launch needs Linux or macOS (process groups and detached runners); agents and doctor work on Windows.');
@@ -175,7 +191,9 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   let prepared: PreparedRun | null = null;
   let prepareFailure: unknown = null;
   try {
-    prepared = ctx.store.prepare(record, status, nesting ? {} : { [CATALOG_SNAPSHOT_NAME]: catalogSnapshotJson(ctx, catalog) });
+    const extra: Record<string, string> = nesting ? {} : { [CATALOG_SNAPSHOT_NAME]: catalogSnapshotJson(ctx, catalog) };
+    if (o.distributedLink) extra[path.basename(ctx.store.paths(runId).distributedLink)] = JSON.stringify(o.distributedLink);
+    prepared = ctx.store.prepare(record, status, extra);
   } catch (e) {
     prepareFailure = e;
   }
@@ -217,13 +235,14 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
   const runPaths = created.paths;
   let started: RunStatus;
   let askedWarmPool = false;
+  let warm: ReturnType<typeof claimWarmRunner> = null;
   try {
     // A launch abandoned before its spawn (the server shutting down) starts no runner at all.
     if (o.signal.aborted) throw new HandshakeFailure('spawn', 'the launch was cancelled or the server is shutting down', null);
     const env = runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord), envFor);
     // A pre-booted idle runner when the home has one (manager/warm-pool.ts), else one booted for this run.
     askedWarmPool = true;
-    const warm = claimWarmRunner(ctx, runPaths.dir, env);
+    warm = claimWarmRunner(ctx, runPaths.dir, env);
     child = warm?.child
       ?? await spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env, logFile: runPaths.runnerLog });
     testFault(ctx, 'server-after-spawn');
@@ -261,7 +280,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: { signa
     if (!nesting) void serveQueue(ctx); // the slot this launch gave back goes to the queue's head
     throw handshakeError(failure, runId);
   } finally {
-    if (askedWarmPool) warmLaunchSettled(ctx);
+    if (askedWarmPool) warmLaunchSettled(ctx, warm);
   }
   ctx.store.event(runId, { type: 'launched', runnerPid: runner.pid });
   return result(ctx, started, input.mode, reservation);

@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import fs from 'node:fs';
 import { isRunId } from '../ids.js';
 import type { RunStore } from '../store/ports.js';
-import { ChildMarkerFile, readStateFile } from '../store/state-files.js';
+import { BudgetGrantFile, readStateFile, type DistributedLink } from '../store/state-files.js';
 import { isTerminalRun } from '../store/run-types.js';
 
 /** A server started by an agent of a running step: its launches join that step's run tree. */
@@ -13,6 +13,11 @@ export interface NestingContext {
   /** The parent run's depth; a nested run is one deeper. */
   parentDepth: number;
   secretHash: string;
+  /**
+   * Set when the parent is a worker's run (docs/scale-out.md, "Nested delegation"): the Redis, pool and distributed
+   * run id of the parent, from the step's 0600 budget file. Launches then go to that Redis, under that run.
+   */
+  redis?: DistributedLink;
 }
 
 /**
@@ -32,13 +37,16 @@ export function checkNesting(store: RunStore, parentRunId: string, secretHash: s
   try {
     const paths = store.paths(parentRunId);
     if (!fs.existsSync(paths.budgetFile(secretHash))) return null;
-    const grant = readStateFile<{ stepKey: string }>(paths.budgetFile(secretHash), ChildMarkerFile);
+    const grant = readStateFile<{ stepKey: string; redis?: DistributedLink }>(paths.budgetFile(secretHash), BudgetGrantFile);
     const record = store.readRecord(parentRunId);
     const status = store.readStatus(parentRunId);
     if (!grant || !record || !status || isTerminalRun(status.state)) return null;
     const step = findStep(status.steps, grant.stepKey);
     if (!step || step.state !== 'running') return null;
-    return { parentRunId, parentStepKey: grant.stepKey, rootRunId: record.rootRunId, parentDepth: record.depth, secretHash };
+    return {
+      parentRunId, parentStepKey: grant.stepKey, rootRunId: record.rootRunId, parentDepth: record.depth, secretHash,
+      ...(grant.redis ? { redis: grant.redis } : {}),
+    };
   } catch {
     return null;
   }

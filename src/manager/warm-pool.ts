@@ -25,6 +25,12 @@ const BURST_POOL_CAP = 8;
 const TITLE_ROOM = '_'.repeat(96);
 /** How often a claimed runner's liveness is read during its handshake (we are not its parent: no exit event). */
 const LIVENESS_POLL_MS = 25;
+/**
+ * A runner serving a run that may bring it back to the pool counts as one of the pool's for this long after its
+ * claim: a run that ends sooner (a tight loop, a burst of short agents) returns its runner in place of a replacement's
+ * boot; a longer run is not waited for (the pool boots a replacement then, as without reuse).
+ */
+const SERVING_COUNTED_MS = 2_000;
 
 interface PoolState {
   /** Runners this server started that have not announced themselves yet, by pid, with when to stop counting them. */
@@ -87,7 +93,7 @@ export function claimWarmRunner(ctx: ManagerContext, runDir: string, env: Record
     if (!isAlive(e)) { files.forget(e.key, e.log); continue; }
     state.booting.delete(e.pid); // announced and taken: no longer one of ours on its way up
     try {
-      files.writeClaim(e.key, { runDir, env });
+      files.writeClaim(e.key, { runDir, env, pool: { size: poolSize(ctx, state), maxRuns: ctx.settings.warmRunnerRuns } });
     } catch {
       stopIdle(e);
       files.forget(e.key, e.log);
@@ -98,8 +104,12 @@ export function claimWarmRunner(ctx: ManagerContext, runDir: string, env: Record
   return null;
 }
 
-/** A launch that called `claimWarmRunner` has its answer (either way): the pool refills once none is in flight. */
-export function warmLaunchSettled(ctx: ManagerContext): void {
+/**
+ * A launch that called `claimWarmRunner` has its answer (either way): the runner it claimed is no longer polled (its
+ * handshake is over), and the pool refills once none is in flight.
+ */
+export function warmLaunchSettled(ctx: ManagerContext, claimed: { child: DetachedChild } | null = null): void {
+  if (claimed) stopWatching(claimed.child);
   if (ctx.settings.warmRunners === 0) return;
   const state = stateOf(ctx);
   state.inFlight = Math.max(0, state.inFlight - 1);
@@ -110,6 +120,15 @@ export function warmLaunchSettled(ctx: ManagerContext): void {
 function stopIdle(id: ProcessIdentity): void {
   if (!isAlive(id)) return;
   try { process.kill(-id.pid, 'SIGKILL'); } catch { /* gone */ }
+}
+
+/** The liveness polls of claimed runners whose launch has not settled yet. */
+const polls = new WeakMap<DetachedChild, NodeJS.Timeout>();
+
+function stopWatching(child: DetachedChild): void {
+  const timer = polls.get(child);
+  if (timer) clearInterval(timer);
+  polls.delete(child);
 }
 
 function watched(id: ProcessIdentity, forMs: number): DetachedChild {
@@ -124,6 +143,7 @@ function watched(id: ProcessIdentity, forMs: number): DetachedChild {
     child.exited(null, null);
   }, LIVENESS_POLL_MS);
   timer.unref();
+  polls.set(child, timer);
   return child;
 }
 
@@ -142,7 +162,13 @@ function targetSize(ctx: ManagerContext, state: PoolState): number {
   const now = performance.now();
   if (state.demand >= state.peak.size || now - state.peak.at > ctx.settings.warmIdleMs) state.peak = { size: state.demand, at: now };
   state.demand = 0;
-  return Math.max(ctx.settings.warmRunners, Math.min(state.peak.size, BURST_POOL_CAP));
+  return poolSize(ctx, state);
+}
+
+/** The size `targetSize` last settled on, without counting a new demand (what a claim tells its runner). */
+function poolSize(ctx: ManagerContext, state: PoolState): number {
+  const burst = performance.now() - state.peak.at > ctx.settings.warmIdleMs ? 0 : state.peak.size;
+  return Math.max(ctx.settings.warmRunners, Math.min(burst, BURST_POOL_CAP));
 }
 
 /** Boots the runners the pool lacks (idle ones announced, plus ones this server is booting, are counted). */
@@ -163,7 +189,18 @@ export function refill(ctx: ManagerContext): void {
   for (const [pid, until] of state.booting) {
     if (now > until || idle.some((e) => e.pid === pid) || !readIdentity(pid)) state.booting.delete(pid);
   }
-  const missing = target - idle.length - state.booting.size - state.spawning;
+  // Runners serving short runs come back (runner/main.ts): counted, with a look again once the oldest stops counting.
+  const nowMs = Date.now();
+  const serving = files.listServing().filter((e) => {
+    if (e.build !== ownBuild() || idle.some((i) => i.pid === e.pid)) return false;
+    if (!isAlive(e)) { files.forget(e.key); return false; }
+    return nowMs - e.sinceMs < SERVING_COUNTED_MS;
+  });
+  const missing = target - idle.length - serving.length - state.booting.size - state.spawning;
+  if (serving.length > 0 && missing + serving.length > 0) {
+    const oldest = Math.min(...serving.map((e) => e.sinceMs));
+    scheduleRefill(ctx, Math.max(REFILL_DELAY_MS, oldest + SERVING_COUNTED_MS - nowMs + REFILL_DELAY_MS));
+  }
   if (missing <= 0) return;
   ensurePrivateDir(files.dir);
   for (let i = 0; i < missing; i++) void bootOne(ctx, files, state);

@@ -27,11 +27,14 @@ import { loadTool, TOOL_NAMES } from './tools/lazy.js';
  */
 
 /** Builds the manager context of one server process. */
-export function buildContext(settings: Settings, env: NodeJS.ProcessEnv, clientRoots: () => string[] | null, log: (line: string) => void = () => {}): { ctx: ManagerContext; sessions: SessionView } {
-  const { layout, store, ledger, sessionRegistry, server } = makeStore(settings);
-  const sessionId = settings.sessionId ?? newSessionId();
+export function buildContext(given: Settings, env: NodeJS.ProcessEnv, clientRoots: () => string[] | null, log: (line: string) => void = () => {}): { ctx: ManagerContext; sessions: SessionView } {
+  const { layout, store, ledger, sessionRegistry, server } = makeStore(given);
+  const sessionId = given.sessionId ?? newSessionId();
   const sessions = new SessionView(sessionRegistry, sessionId, layout.runsDir);
   const nesting = resolveNesting(env, store);
+  // Started by an agent of a worker's run: its launches go to that run's Redis and pool, named by the step's budget
+  // file, never by the environment (docs/scale-out.md, "Nested delegation").
+  const settings: Settings = nesting?.redis ? { ...given, redisUrl: nesting.redis.url, pool: nesting.redis.pool } : given;
   const explicit = settings.explicitRoots?.map(realpathOrNull).filter((r): r is string => r !== null) ?? null;
   const fallback = fallbackRoots(settings.cwd, env);
   const ctx: ManagerContext = {

@@ -107,6 +107,27 @@ export function hasEnvEntry(pid: number, entry: string): boolean {
 }
 
 /**
+ * A process's command line as words ([] when unreadable). A runner that took a run from the warm pool renames itself
+ * (`process.title`), which Linux shows as one space-separated string: both forms are split alike (state-home paths
+ * have no spaces).
+ */
+export function commandLineOf(pid: number): string[] {
+  try {
+    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split(/[\0 ]/).filter((a) => a !== '');
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * Whether `runner` still serves the run in `runDir`: alive, and its command line names that directory. A warm runner
+ * that ended its run and went back to the pool names the pool instead (docs/architecture.md, "Warm runners").
+ */
+export function servesRun(runner: ProcessIdentity, runDir: string): boolean {
+  return isAlive(runner) && (!HAS_PROC || commandLineOf(runner.pid).includes(runDir));
+}
+
+/**
  * The process a runner works for when it is not the state home's servers: a distributed worker
  * (SUBAGENTS_SUPERVISOR=pid:startTime, docs/scale-out.md, "Failures"). When it dies nothing would report the run, so a
  * runner stops its agents as for a cancel and ends; an idle warm runner of its pool retires.

@@ -3,6 +3,8 @@ import type { RunStore } from '../store/ports.js';
 import { DirWatch } from '../wait.js';
 import { isAlive, supervisorOf } from '../process/identity.js';
 
+export { supervisorOf };
+
 export interface CancelWatch {
   store: RunStore;
   runId: string;
@@ -43,6 +45,7 @@ export function watchForCancel(o: CancelWatch): () => void {
     if (o.processSignals) {
       process.off('SIGTERM', onSignal);
       process.off('SIGINT', onSignal);
+      process.off('SIGHUP', ignore);
     }
   };
 }

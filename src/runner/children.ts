@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { requestCancelOnce, type CancelReason } from '../lifecycle/cancel-request.js';
 import { descendants, readyIdentity, runMayBeLive, safeRecord, safeStatus } from '../lifecycle/run-tree.js';
-import type { ProcessIdentity } from '../process/identity.js';
+import { commandLineOf, type ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/terminate.js';
 import type { RunStore } from '../store/ports.js';
 import { WarmPoolFiles } from '../store/warm-pool.js';
@@ -35,25 +35,13 @@ export function isOtherRunsRunner(store: RunStore, p: ProcessIdentity): boolean 
   const warm = args.indexOf('--warm');
   if (warm >= 0 && args[warm + 1] === store.layout.warmDir) {
     const key = WarmPoolFiles.keyOf(p);
-    return ['idle', 'taken', 'claim'].some((kind) => fs.existsSync(path.join(store.layout.warmDir, `${key}.${kind}`)));
+    return ['idle', 'taken', 'claim', 'serving'].some((kind) => fs.existsSync(path.join(store.layout.warmDir, `${key}.${kind}`)));
   }
   const runDir = args.find((a) => path.dirname(a) === runsDir);
   if (!runDir) return false;
   const runId = path.basename(runDir);
   const ids = [safeStatus(store, runId)?.runner, readyIdentity(store, runId)];
   return ids.some((id) => id && id.pid === p.pid && id.startTime === p.startTime);
-}
-
-/**
- * A process's command line as words. A runner that took a run from the warm pool renames itself (`process.title`),
- * which Linux shows as one space-separated string: both forms are split alike (a run directory has no spaces).
- */
-function commandLineOf(pid: number): string[] {
-  try {
-    return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split(/[\0 ]/).filter((a) => a !== '');
-  } catch {
-    return [];
-  }
 }
 
 /**

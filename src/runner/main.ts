@@ -6,11 +6,12 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { writeFileAtomic } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
+import { WarmPoolFiles } from '../store/warm-pool.js';
 import { RunPaths } from '../store/layout.js';
-import { selfIdentity, supervisorOf } from '../process/identity.js';
+import { isAlive, selfIdentity, supervisorOf, type ProcessIdentity } from '../process/identity.js';
 import { waitUntil } from '../wait.js';
 import { claimStartQuickly } from './claim-start.js';
-import { adoptRun, awaitWarmClaim } from './warm-idle.js';
+import { adoptRun, awaitWarmClaim, leaveRun } from './warm-idle.js';
 import { loadCachedBundle, supervisorCacheFile } from './code-cache.js';
 import { installClockJump } from './test-clock.js';
 import type { RunRecord } from '../store/run-types.js';
@@ -43,55 +44,84 @@ function abandoned(paths: RunPaths): boolean {
 }
 
 /**
- * `runner --warm <warmDir>`: booted before its run exists; waits idle until a launch claims it (runner/warm-idle.ts),
- * with the supervisor already loaded. Null: retired, or taken and never told its run — it exits, having started nothing.
+ * `runner --warm <warmDir>`: booted before its run exists; loads and rehearses its supervisor, then waits idle until a
+ * launch claims it (runner/warm-idle.ts). After a run that ended cleanly it goes back to the pool when the pool wants
+ * it, up to the claim's number of runs, as long as the run left nothing in the process (runner/reuse.ts); else it
+ * exits as a runner of one run does (docs/architecture.md, "Warm runners"). Returns its exit code.
  */
-async function warmStart(warmDir: string): Promise<{ runDir: string; supervisor: Supervisor } | null> {
-  let supervisor: Supervisor | null = null;
-  const bootLog = process.env.SUBAGENTS_WARM_LOG;
-  const got = await awaitWarmClaim({
-    warmDir, me: selfIdentity(), build: process.env.SUBAGENTS_WARM_BUILD ?? '', bootLog,
-    idleMs: Number(process.env.SUBAGENTS_WARM_IDLE_MS) || 300_000,
-    claimWaitMs: Number(process.env.SUBAGENTS_WARM_CLAIM_MS) || 10_000,
-    owner: supervisorOf(process.env),
-    prepare: async () => {
-      const loaded = await loadSupervisor(warmDir);
-      supervisor = loaded.exports;
-      // Its first step's one-time costs paid now, while idle (runner/rehearsal.ts), and what that compiled kept for
-      // the runners that boot after it (runner/code-cache.ts).
-      if (await supervisor.rehearse(warmDir, selfIdentity())) loaded.saveCache();
-    },
-  });
-  if (!got) {
-    if (bootLog) fs.rmSync(bootLog, { force: true });
-    return null;
+async function serveFromPool(warmDir: string): Promise<number> {
+  const bootEnv = { ...process.env };
+  const me = selfIdentity();
+  const files = new WarmPoolFiles(warmDir);
+  const build = process.env.SUBAGENTS_WARM_BUILD ?? '';
+  const idleMs = Number(process.env.SUBAGENTS_WARM_IDLE_MS) || 300_000;
+  const claimWaitMs = Number(process.env.SUBAGENTS_WARM_CLAIM_MS) || 10_000;
+  let bootLog = process.env.SUBAGENTS_WARM_LOG;
+  const loaded = await loadSupervisor(warmDir);
+  const supervisor = loaded.exports;
+  // Its first step's one-time costs paid now, while idle (runner/rehearsal.ts), and what that compiled kept for the
+  // runners that boot after it (runner/code-cache.ts).
+  if (await supervisor.rehearse(warmDir, me)) loaded.saveCache();
+  const baseline = await supervisor.reuseBaseline();
+  let back = false;
+  for (let served = 0; ; ) {
+    const got = await awaitWarmClaim({
+      warmDir, me, build, bootLog, idleMs, claimWaitMs, owner: supervisorOf(bootEnv),
+      serving: (claim) => served + 1 < (claim.pool?.maxRuns ?? 1),
+      onAnnounced: (key) => { if (back) files.endServing(key); },
+    });
+    if (!got) {
+      if (bootLog) fs.rmSync(bootLog, { force: true });
+      return 0;
+    }
+    const paths = new RunPaths(got.claim.runDir);
+    adoptRun(got.claim, bootLog, paths.runnerLog);
+    served++;
+    const maxRuns = got.claim.pool?.maxRuns ?? 1;
+    const run = await serveRun(paths, supervisor, served < maxRuns);
+    const left = run.clean && served < maxRuns && process.env.SUBAGENTS_TEST_FAULT === undefined ? await supervisor.leftFromRun(baseline) : null;
+    if (left) process.stderr.write(`runner: not going back to the warm pool (${left}); exiting\n`);
+    const again = left === '' && ownIdle(files, build, me) < (got.claim.pool?.size ?? 0);
+    bootLog = again ? files.bootLog(`boot-${me.pid}-${me.startTime.replace(/\W/g, '_')}-run${served}`) : undefined;
+    if (!again || !leaveRun({ bootEnv, warmDir, runnerLog: paths.runnerLog, bootLog: bootLog! })) {
+      if (bootLog) fs.rmSync(bootLog, { force: true }); // a log moved half-way: the run's own name keeps its copy
+      files.endServing(got.key);
+      return run.code;
+    }
+    supervisor.reopenLocks();
+    back = true;
   }
-  adoptRun(got.claim, bootLog, new RunPaths(got.claim.runDir).runnerLog);
-  return { runDir: got.claim.runDir, supervisor: supervisor ?? (await loadSupervisor(warmDir)).exports };
+}
+
+/** Live idle runners of this build in the pool other than this one. */
+function ownIdle(files: WarmPoolFiles, build: string, me: ProcessIdentity): number {
+  return files.listIdle().filter((e) => e.build === build && e.pid !== me.pid && isAlive(e)).length;
 }
 
 async function main(): Promise<number> {
   process.umask(0o077);
-  let runDir = process.argv[2];
-  let preloaded: Supervisor | null = null;
-  if (runDir === '--warm' && process.argv[3]) {
-    const warm = await warmStart(process.argv[3]);
-    if (!warm) return 0;
-    runDir = warm.runDir;
-    preloaded = warm.supervisor;
-  }
-  installClockJump(process.env.SUBAGENTS_TEST_FAULT);
+  const runDir = process.argv[2];
+  if (runDir === '--warm' && process.argv[3]) return serveFromPool(process.argv[3]);
   if (!runDir || runDir === '--warm') {
     process.stderr.write('usage: runner <runDir> | runner --warm <warmDir>\n');
     return 2;
   }
-  const paths = new RunPaths(runDir);
+  return (await serveRun(new RunPaths(runDir), null, false)).code;
+}
+
+/**
+ * The handshake's runner side and the run: ready, proceed, the start claim, supervision, then the hand-off of the slot
+ * it freed. `clean`: the run ended here cleanly (runner/supervise.ts, `onEnd`) and handed nothing off, so that a warm
+ * runner may serve another.
+ */
+async function serveRun(paths: RunPaths, preloaded: Supervisor | null, mayServeAgain: boolean): Promise<{ code: number; clean: boolean }> {
+  installClockJump(process.env.SUBAGENTS_TEST_FAULT);
   fault('before-ready');
   await hangBeforeReady();
   const record = readJsonFile<RunRecord>(paths.record);
   if (!record) {
     process.stderr.write('runner: run.json missing\n');
-    return 2;
+    return { code: 2, clean: false };
   }
   const me = selfIdentity();
   writeFileAtomic(paths.readyOf(MY_ATTEMPT), JSON.stringify({ pid: me.pid, startTime: me.startTime, at: new Date().toISOString() }), { durable: false });
@@ -100,7 +130,7 @@ async function main(): Promise<number> {
   // pid (it re-reads ready.json after ending the run, so one of us always sees the other): nobody will say proceed.
   if (abandoned(paths)) {
     process.stderr.write('runner: the launch was ended before this runner reported ready; exiting without starting an agent\n');
-    return 3;
+    return { code: 3, clean: false };
   }
   // A server that never says proceed (it died, or gave up) must not leave us waiting: exit on our own.
   const proceed = await waitUntil({
@@ -109,20 +139,24 @@ async function main(): Promise<number> {
   });
   if (!proceed) {
     process.stderr.write('runner: not told to proceed within the handshake timeout; exiting without starting an agent\n');
-    return 3;
+    return { code: 3, clean: false };
   }
   fault('after-proceed');
   const claimed = claimStartQuickly(paths, me, MY_ATTEMPT);
   // The home's warm directory holds the supervisor's code cache (runner/code-cache.ts), read-only here.
-  const { supervise, settleLocks, handOffFreedSlot } = preloaded ?? (await loadSupervisor(path.join(path.dirname(path.dirname(runDir)), 'warm'))).exports;
+  const { supervise, settleLocks, handOffFreedSlot } = preloaded ?? (await loadSupervisor(path.join(path.dirname(path.dirname(paths.dir)), 'warm'))).exports;
+  let clean = false;
   try {
-    const code = await supervise(record, paths, me, claimed, undefined, MY_ATTEMPT);
+    const host = { processSignals: true, mayServeAgain, onEnd: (ok: boolean) => { clean = ok; } };
+    const code = await supervise(record, paths, me, claimed, host, MY_ATTEMPT);
     // The slot this run held is free (or was never taken): the head of the queue gets it from us, the one process
-    // that knows the moment it freed (docs/limits.md, "The queue").
-    await handOffFreedSlot(paths, me).catch((e: unknown) => {
+    // that knows the moment it freed (docs/limits.md, "The queue"). A runner that launched a queued run is its
+    // launcher until that run started: it does not go back to the pool.
+    const handedOff = await handOffFreedSlot(paths, me).catch((e: unknown) => {
       process.stderr.write(`runner: handing the freed slot to the queue failed (${e instanceof Error ? e.message : 'unknown'}); the next server launch, listing or sweep does it\n`);
+      return 1;
     });
-    return code;
+    return { code, clean: clean && code === 0 && handedOff === 0 };
   } finally {
     await settleLocks(); // never exit with a lock acquisition in flight (it would leave a lock nobody holds)
   }

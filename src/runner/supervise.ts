@@ -12,9 +12,10 @@ import { configureLocks } from '../store/lock.js';
 import { diskFaultOf, ensurePrivateDir, removeStaleTemps, writeFileAtomic } from '../store/atomic-write.js';
 import type { Layout, RunPaths } from '../store/layout.js';
 import { endRun, returnRunLedger, type EndState } from '../lifecycle/run-lifecycle.js';
-export { settleLocks } from '../store/lock.js';
+export { settleLocks, reopenLocks } from '../store/lock.js';
 export { handOffFreedSlot } from './hand-off.js';
 export { rehearse } from './rehearsal.js';
+export { reuseBaseline, leftFromRun } from './reuse.js';
 import { queueIsEmpty } from '../lifecycle/queue.js';
 import type { CapacityLedger, RunStore } from '../store/ports.js';
 import { fileStatePorts, type StatePorts } from '../lifecycle/state-ports.js';
@@ -24,12 +25,13 @@ import {
 } from '../store/run-types.js';
 import { SubagentError, isSubagentError, type RunErrorCode } from '../errors.js';
 import { MAIN_JS } from '../paths.js';
-import { watchForCancel } from './cancel-watch.js';
+import { supervisorOf, watchForCancel } from './cancel-watch.js';
 import { runMembers } from './group-scheduler.js';
 import { isNestedRunner, isOtherRunsRunner, settleChildren } from './children.js';
 import { NO_TEXT, once, publishRunOutput, substitute, type StepText } from './step-text.js';
 import { runAgentProcess } from './agent-process.js';
 import { readTail } from '../store/text-tail.js';
+import { DistributedLinkFile, readStateFile, type DistributedLink } from '../store/state-files.js';
 import { claimAgentSlot, releaseAgentSlot, setAgentSlotProcess } from '../lifecycle/agent-slots.js';
 import { newStepStatus } from '../store/step-status.js';
 import { boundedStepText, writeJoinedOutput } from './joined-output.js';
@@ -63,6 +65,9 @@ async function persistently<T>(fn: () => Promise<T>): Promise<T> {
 
 type StopReason = 'CANCELLED' | 'TIMEOUT' | 'PARENT_ENDED';
 
+/** Beyond the kill grace, how long a step of a worker's run waits for its worker to end its nested runs in Redis. */
+const REMOTE_SETTLE_MARGIN_MS = 20_000;
+
 interface StepOutcome {
   ok: boolean;
   /** Whether any agent of the step started (a step that never started leaves the run's output as it was). */
@@ -81,6 +86,16 @@ export interface SuperviseHost {
    * implementation, docs/architecture.md "Seams") passes them; by default the files of the run's state home.
    */
   ports?: Pick<StatePorts, 'layout' | 'store' | 'ledger'>;
+  /**
+   * A warm runner that may go back to the pool after this run (docs/architecture.md, "Warm runners"): it keeps its
+   * priority after the end (a lowered one could not be raised again, and the next run's agents would inherit it).
+   */
+  mayServeAgain?: boolean;
+  /**
+   * Told, once the run is over, whether it ended cleanly here: its end recorded (fsynced) by this process, its ledger
+   * entries returned, no process of it left, nothing refused. Only then may a warm runner serve another run.
+   */
+  onEnd?: (clean: boolean) => void;
 }
 
 /** The detached runner (`runner/main.ts`): one run, the whole process. */
@@ -111,8 +126,13 @@ export async function supervise(record: RunRecord, paths: RunPaths, me: ProcessI
   store.event(record.runId, { type: 'started', pid: me.pid });
   installStatusWriteFault(process.env.SUBAGENTS_TEST_FAULT, paths.dir);
   // Only a process that is the run's own runner may exit on a crash; a host that shares its process keeps its own.
-  if (host.processSignals) stopRunOnCrash(record, me);
-  return new Executor(record, paths, store, ledger, layout, me, started, host).run();
+  const crashWatch = host.processSignals ? stopRunOnCrash(record, me) : null;
+  try {
+    return await new Executor(record, paths, store, ledger, layout, me, started, host).run();
+  } finally {
+    // Removed with the run: a warm runner that serves another run stops that run's processes, not these.
+    if (crashWatch) process.off('uncaughtException', crashWatch);
+  }
 }
 
 /**
@@ -121,21 +141,24 @@ export async function supervise(record: RunRecord, paths: RunPaths, me: ProcessI
  * checked, and the log says so (never the error's text: it may quote agent output); reconciliation then records the
  * run RUNNER_LOST, quoting that line.
  */
-function stopRunOnCrash(record: RunRecord, me: ProcessIdentity): void {
-  process.once('uncaughtException', (e: unknown) => {
+function stopRunOnCrash(record: RunRecord, me: ProcessIdentity): (e: unknown) => void {
+  const onCrash = (e: unknown) => {
     const code = (e as NodeJS.ErrnoException | null)?.code ?? (e instanceof Error ? e.name : 'error');
     try { process.stderr.write(`runner: internal error (${code}); stopped the run's processes and exited\n`); } catch { /* no log */ }
     try {
       for (const p of findRunProcesses({ pgids: [me.pid], token: record.runToken, since: me.startTime, exclude: [process.pid] })) signalVerified(p, 'SIGKILL');
     } catch { /* nothing more can be done */ }
     process.exit(1);
-  });
+  };
+  process.once('uncaughtException', onCrash);
+  return onCrash;
 }
 
 class Executor {
   private readonly specs: StepSpec[];
   private readonly abort = new AbortController();
   private stopReason: StopReason | null = null;
+  private link: DistributedLink | null | undefined;
   private readonly runId: string;
   private readonly worktrees: StepWorktrees;
 
@@ -222,6 +245,9 @@ class Executor {
       if (runTimer) clearTimeout(runTimer);
       stopWatching();
     }
+    // A worker's run: the Redis URL leaves the disk with the run's end, whoever ended it (docs/scale-out.md,
+    // "Nested delegation"); its steps' budget files are gone already.
+    try { fs.rmSync(this.paths.distributedLink, { force: true }); } catch { /* the worker removes it too */ }
     await this.retryLedgerReturn();
     this.store.event(this.runId, { type: 'ended', state: this.status.state });
     // Worktrees still there (a stopped step leaves its own) go after the end is published: deleting thousands of
@@ -230,6 +256,7 @@ class Executor {
     // Servers write into a live run's directory too (a cancel request, an append), and one killed mid-write leaves its
     // temp file; nobody else looks at the directory of a run that ended normally. Only writers proven gone.
     removeStaleTemps(this.paths.dir, null);
+    this.host.onEnd?.(exitCode === 0 && this.endedHere && this.ledgerReturned && this.status.survivors.length === 0);
     return exitCode;
   }
 
@@ -369,6 +396,7 @@ class Executor {
         spare: (p) => isNestedRunner(this.store, this.runId, st.key, p) || isOtherRunsRunner(this.store, p),
         onStarted: (agent) => {
           st.process = agent;
+          this.noteAgentStart(agent);
           // Not awaited here (the agent is already running), but before the step ends: nothing outlives its step.
           recorded.push(this.write().catch(() => {}), setAgentSlotProcess(this.ledger, slotKey, agent).catch(() => {}));
         },
@@ -378,6 +406,7 @@ class Executor {
       await Promise.all(recorded);
     }
     await settleChildren(this.store, this.runId, st.key, this.stopReason === 'CANCELLED' ? 'CANCELLED' : 'PARENT_ENDED');
+    await this.settleRemoteChildren(st.key, this.stopReason === 'CANCELLED' ? 'CANCELLED' : 'PARENT_ENDED');
     // A single run's one slot goes back with the rest of its ledger entries at the run's end (endRun, after
     // the sweep of leftovers): one ledger section fewer per run, on the lock every run of the state home shares.
     if (this.record.mode !== 'single') await releaseAgentSlot(this.ledger, slotKey).catch(() => {});
@@ -444,9 +473,50 @@ class Executor {
     const secret = randomBytes(32).toString('base64url');
     const file = this.paths.budgetFile(createHash('sha256').update(secret).digest('hex'));
     ensurePrivateDir(this.paths.budgetDir);
+    // On a worker, the grant carries the run's Redis: the agent's nested server launches there, and the URL never
+    // enters the agent's environment (docs/scale-out.md, "Nested delegation"). The file is 0600 like every state file.
+    const redis = this.distributedLink();
     // Not fsynced: it is valid only while this step's agent lives, and no agent outlives a crash of the machine.
-    writeFileAtomic(file, JSON.stringify({ stepKey, at: new Date().toISOString() }), { durable: false });
+    writeFileAtomic(file, JSON.stringify({ stepKey, at: new Date().toISOString(), ...(redis ? { redis } : {}) }), { durable: false });
     return { secret, revoke: () => { try { fs.unlinkSync(file); } catch { /* gone */ } } };
+  }
+
+  /**
+   * A worker's run: the step's nested runs in Redis (marked in `remote-children/` by the nested server) are ended by
+   * the worker, which this runner asks through a request file and waits for, so that the step ends only once they have
+   * (docs/contract.md, "Nesting and isolation"). Bounded: a worker that died answers nothing (and its runner stops).
+   */
+  private async settleRemoteChildren(stepKey: string, reason: 'CANCELLED' | 'PARENT_ENDED'): Promise<void> {
+    if (!this.distributedLink()) return;
+    const marked = (() => {
+      try {
+        return fs.readdirSync(this.paths.remoteChildrenDir).some((name) => {
+          try { return (JSON.parse(fs.readFileSync(path.join(this.paths.remoteChildrenDir, name), 'utf8')) as { stepKey?: unknown }).stepKey === stepKey; } catch { return false; }
+        });
+      } catch { return false; }
+    })();
+    if (!marked) return;
+    const request = this.paths.settleRequest(stepKey);
+    const done = this.paths.settleDone(stepKey);
+    try {
+      writeFileAtomic(request, JSON.stringify({ reason }), { durable: false });
+    } catch {
+      return; // its worker still ends them with the run (src/worker/mirror.ts)
+    }
+    const supervisor = supervisorOf(process.env);
+    const deadline = performance.now() + this.record.killGraceMs + REMOTE_SETTLE_MARGIN_MS;
+    while (!fs.existsSync(done) && performance.now() < deadline && (!supervisor || isAlive(supervisor))) {
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    for (const f of [request, done]) { try { fs.unlinkSync(f); } catch { /* gone */ } }
+  }
+
+  /** The Redis of a worker's run (its launch wrote it before this runner started), or null for a local run. */
+  private distributedLink(): DistributedLink | null {
+    if (this.link === undefined) {
+      try { this.link = readStateFile<DistributedLink>(this.paths.distributedLink, DistributedLinkFile); } catch { this.link = null; }
+    }
+    return this.link;
   }
 
   private stop(reason: StopReason): void {
@@ -461,9 +531,23 @@ class Executor {
     return watchForCancel({ store: this.store, runId: this.runId, onStop: (reason) => this.stop(reason), processSignals: this.host.processSignals });
   }
 
+  /**
+   * The earliest start (clock ticks) of an agent of this run: a carrier of the run's token descends from one, so
+   * started no earlier. The runner's own start is that bound too, but a warm runner that serves runs in turn started
+   * long before this run, and every process started since would have its environment read at each sweep.
+   */
+  private tokenSince: string | null = null;
+  private agentStartUnknown = false;
+
+  private noteAgentStart(agent: ProcessIdentity): void {
+    if (!/^\d+$/.test(agent.startTime)) this.agentStartUnknown = true;
+    else if (this.tokenSince === null || Number(agent.startTime) < Number(this.tokenSince)) this.tokenSince = agent.startTime;
+  }
+
   /** Every process of the run's group or carrying its token, except the runner itself: SIGTERM → grace → SIGKILL. */
   private async sweepLeftovers(): Promise<void> {
-    const find = () => findRunProcesses({ pgids: [this.me.pid], token: this.record.runToken, since: this.me.startTime, exclude: [process.pid] });
+    const since = this.agentStartUnknown || this.tokenSince === null ? this.me.startTime : this.tokenSince;
+    const find = () => findRunProcesses({ pgids: [this.me.pid], token: this.record.runToken, since, exclude: [process.pid] });
     const r = await terminateProcesses(find, this.record.killGraceMs);
     if (r.survivors.length) this.status.survivors = r.survivors.map((p) => ({ pid: p.pid, startTime: p.startTime }));
   }
@@ -505,7 +589,7 @@ class Executor {
     // exiting) is bookkeeping, while the processes this write wakes (a long-poll's server and its client) answer on
     // the same cores. A runner whose ledger release failed keeps its priority: it retries that, and launches wait on it.
     // Not while a queued run waits: this process hands it the slot next, and that is a launch someone waits for.
-    if (this.ledgerReturned && this.host.processSignals && queueIsEmpty(this.layout)) try { os.setPriority(19); } catch { /* not permitted: no matter */ }
+    if (this.ledgerReturned && this.host.processSignals && !this.host.mayServeAgain && queueIsEmpty(this.layout)) try { os.setPriority(19); } catch { /* not permitted: no matter */ }
   }
 
   /** What this runner's end did: whether it recorded it, and whether the run's ledger entries went back. */

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
+import { writeFileAtomic } from '../store/atomic-write.js';
 import { WarmPoolFiles, type WarmClaim } from '../store/warm-pool.js';
 import { waitUntil } from '../wait.js';
 
@@ -20,11 +21,10 @@ export interface WarmIdleOptions {
   idleMs: number;
   /** How long a taken runner waits for its claim (the claimant's handshake timeout). */
   claimWaitMs: number;
-  /**
-   * Work done before the announcement (loading the supervisor, the rehearsal): a claimed runner never makes its launch
-   * wait for it.
-   */
-  prepare?: () => Promise<void>;
+  /** Whether, given its claim, it may come back to the pool after that run: it is then counted as serving meanwhile. */
+  serving?: (claim: WarmClaim) => boolean;
+  /** Called right after the announcement (a runner back from a run stops counting as serving then). */
+  onAnnounced?: (key: string) => void;
   /**
    * The process whose pool this is when it is not the state home's servers': a distributed worker (its home is its
    * own). When it dies the runner retires at once instead of idling out (docs/scale-out.md, "Failures").
@@ -34,8 +34,8 @@ export interface WarmIdleOptions {
 
 export async function awaitWarmClaim(o: WarmIdleOptions): Promise<{ claim: WarmClaim; key: string } | null> {
   const files = new WarmPoolFiles(o.warmDir);
-  await o.prepare?.();
   const key = files.announce(o.me, o.build, o.bootLog);
+  o.onAnnounced?.(key);
   const watch = { dirs: [o.warmDir], filter: (n: string) => files.isOwnName(key, n), pollMs: 1000 };
   const owner = o.owner ?? null;
   const seen = await waitUntil<'taken' | 'orphaned'>({
@@ -44,7 +44,7 @@ export async function awaitWarmClaim(o: WarmIdleOptions): Promise<{ claim: WarmC
   });
   // Idle time up (or its worker gone): retiring and being taken are the same rename, so exactly one of them happens.
   if (seen !== 'taken' && files.retire(key)) return null;
-  const claim = await waitUntil<WarmClaim>({ ...watch, timeoutMs: o.claimWaitMs, check: () => files.consumeClaim(key) });
+  const claim = await waitUntil<WarmClaim>({ ...watch, timeoutMs: o.claimWaitMs, check: () => files.consumeClaim(key, o.serving) });
   if (!claim) files.forget(key);
   return claim ? { claim, key } : null;
 }
@@ -64,4 +64,39 @@ export function adoptRun(claim: WarmClaim, bootLog: string | undefined, runnerLo
   if (bootLog && path.dirname(runnerLog) === claim.runDir) {
     try { fs.renameSync(bootLog, runnerLog); } catch { /* the run's log stays empty; nothing else depends on it */ }
   }
+}
+
+export interface LeaveRunOptions {
+  /** The environment the runner was booted with (no run's). */
+  bootEnv: NodeJS.ProcessEnv;
+  warmDir: string;
+  /** The run's runner.log, which its stdout and stderr are. */
+  runnerLog: string;
+  /** The fresh boot log (in the warm directory) they become. */
+  bootLog: string;
+}
+
+/**
+ * The reverse of `adoptRun`, for a runner going back to the pool after its run ended: the run's environment, working
+ * directory and command line go, and its stdout and stderr stop being the run's runner.log — the file they write to
+ * gets a second name in the warm directory as its new boot log, a copy of it replaces it under the run's name (the
+ * run's log is never missing), and the file is emptied (opened for appending: the next write starts at 0). False when the log could not be moved: the runner then
+ * exits rather than write into the ended run's log.
+ */
+export function leaveRun(o: LeaveRunOptions): boolean {
+  for (const k of Object.keys(process.env)) delete process.env[k];
+  Object.assign(process.env, o.bootEnv);
+  process.chdir(o.warmDir);
+  try {
+    const own = fs.fstatSync(2);
+    const named = fs.statSync(o.runnerLog);
+    if (own.ino !== named.ino || own.dev !== named.dev || fs.fstatSync(1).ino !== own.ino) return false;
+    fs.linkSync(o.runnerLog, o.bootLog);
+    writeFileAtomic(o.runnerLog, fs.readFileSync(o.bootLog), { durable: false });
+    fs.ftruncateSync(2, 0);
+  } catch {
+    return false;
+  }
+  process.title = `${process.execPath} ${process.argv[1]} --warm ${o.warmDir}`;
+  return true;
 }

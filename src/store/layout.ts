@@ -74,4 +74,15 @@ export class RunPaths {
   /** Hashes of the nesting secrets (SUBAGENTS_BUDGET) of running steps; a file exists only while its step runs. */
   get budgetDir(): string { return path.join(this.dir, 'budget'); }
   budgetFile(secretHash: string): string { return path.join(this.budgetDir, `${secretHash}.json`); }
+  /**
+   * A worker's run only (docs/scale-out.md, "Nested delegation"): the Redis its nested servers use, read by the runner
+   * into each step's budget file. 0600, removed when the run ends; never in an environment.
+   */
+  get distributedLink(): string { return path.join(this.dir, 'distributed-link.json'); }
+  /** A worker's run: its nested runs in Redis, one marker each (`<child>.json`: the step that launched it). */
+  get remoteChildrenDir(): string { return path.join(this.dir, 'remote-children'); }
+  remoteChild(childRunId: string): string { return path.join(this.remoteChildrenDir, `${childRunId}.json`); }
+  /** The runner asks its worker to end a step's nested runs in Redis; the worker answers with `.done` once they have. */
+  settleRequest(stepKey: string): string { return path.join(this.dir, `settle-${stepKey}.json`); }
+  settleDone(stepKey: string): string { return path.join(this.dir, `settle-${stepKey}.done`); }
 }

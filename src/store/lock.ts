@@ -68,6 +68,11 @@ export async function settleLocks(): Promise<void> {
   while (inFlight.size > 0) await Promise.allSettled([...inFlight]);
 }
 
+/** After `settleLocks`, for a process that goes on instead of exiting (a warm runner back in its pool). */
+export function reopenLocks(): void {
+  closing = false;
+}
+
 /**
  * Runs `fn` holding a cross-process lock on `target` (a `<target>.lock` directory, proper-lockfile semantics:
  * mkdir is atomic; the holder refreshes its mtime; a holder dead for `staleMs` is taken over). A holder recorded in the

@@ -67,6 +67,16 @@ export const RunRecordFile = z.looseObject({
 /** `runs/<id>/appends/<seq>.json`. */
 export const AppendFile = z.looseObject({ seq: z.number(), acceptedAt: z.string(), step: stepSpec });
 
+/** The Redis a worker's run belongs to: its URL, pool and distributed run id (docs/scale-out.md, "Nested delegation"). */
+export const DistributedLink = z.object({ url: z.string(), pool: z.string(), runId: z.string() });
+export type DistributedLink = z.infer<typeof DistributedLink>;
+
+/** `runs/<id>/distributed-link.json`: written by a worker's launch, read by the run's runner. */
+export const DistributedLinkFile = DistributedLink;
+
+/** `runs/<id>/budget/<hash>.json`: a running step's nesting grant, with its run's Redis when on a worker. */
+export const BudgetGrantFile = z.looseObject({ stepKey: z.string(), redis: z.optional(DistributedLink) });
+
 /** `runs/<id>/children/<child>.json`. */
 export const ChildMarkerFile = z.looseObject({ stepKey: z.string() });
 

@@ -9,7 +9,9 @@ import { readStateText } from './state-file.js';
  * with `<key>.idle` (its pid and start time). Taking it is one rename, `<key>.idle` → `<key>.taken`: exactly one
  * server wins it, and a runner that retires renames the same name away, so a retirement and a claim never both
  * succeed. The winner then writes `<key>.claim` (the run directory and the run's environment); the runner reads it,
- * removes it and serves that run. Node built-ins only: the runner's entry uses this before it has a run.
+ * removes it and serves that run. A runner that may go back to the pool after that run keeps its entry as
+ * `<key>.serving` meanwhile (the pool counts it as a runner to come), and announces itself again with `<key>.idle`
+ * when it is back. Node built-ins only: the runner's entry uses this before it has a run.
  */
 export interface IdleEntry extends ProcessIdentity {
   key: string;
@@ -23,6 +25,16 @@ export interface WarmClaim {
   runDir: string;
   /** The run's runner environment (what its agents may receive): it replaces the idle runner's own. */
   env: Record<string, string>;
+  /**
+   * What the claimant's pool wants of a runner whose run has ended: back to the pool while fewer than `size` runners
+   * are idle, up to `maxRuns` runs in all (1: it exits after this run). Absent: it exits after this run.
+   */
+  pool?: { size: number; maxRuns: number };
+}
+
+/** A runner serving a run that may bring it back to the pool, and since when (ms since the epoch). */
+export interface ServingEntry extends IdleEntry {
+  sinceMs: number;
 }
 
 export class WarmPoolFiles {
@@ -32,7 +44,7 @@ export class WarmPoolFiles {
     return `${id.pid}-${id.startTime.replace(/[^0-9A-Za-z]/g, '_')}`;
   }
 
-  private file(key: string, kind: 'idle' | 'taken' | 'claim' | 'retired'): string {
+  private file(key: string, kind: 'idle' | 'taken' | 'claim' | 'retired' | 'serving'): string {
     return path.join(this.dir, `${key}.${kind}`);
   }
 
@@ -54,16 +66,30 @@ export class WarmPoolFiles {
 
   /** The idle runners announced, oldest name first; unreadable entries are skipped (a writer mid-rename). */
   listIdle(): IdleEntry[] {
+    return this.list('.idle');
+  }
+
+  /** The runners serving a run that may bring them back to the pool (`<key>.serving`, renamed from their `.taken`). */
+  listServing(): ServingEntry[] {
+    return this.list('.serving').map((e) => {
+      let sinceMs = 0;
+      // The rename kept the file's mtime (its announcement); its ctime is the rename's, i.e. the claim's.
+      try { sinceMs = fs.statSync(path.join(this.dir, `${e.key}.serving`)).ctimeMs; } catch { /* gone meanwhile: counted as old */ }
+      return { ...e, sinceMs };
+    });
+  }
+
+  private list(suffix: '.idle' | '.serving'): IdleEntry[] {
     let names: string[];
     try { names = fs.readdirSync(this.dir); } catch { return []; }
     const out: IdleEntry[] = [];
     for (const n of names) {
-      if (!n.endsWith('.idle') || n.startsWith('.')) continue;
+      if (!n.endsWith(suffix) || n.startsWith('.')) continue;
       try {
         const v = JSON.parse(readStateText(path.join(this.dir, n), n) ?? '') as { pid?: unknown; startTime?: unknown; build?: unknown; log?: unknown };
         if (typeof v.pid === 'number' && typeof v.startTime === 'string') {
           const log = typeof v.log === 'string' && /^boot-[\w-]+\.log$/.test(v.log) ? v.log : '';
-          out.push({ key: n.slice(0, -5), pid: v.pid, startTime: v.startTime, build: typeof v.build === 'string' ? v.build : '', log });
+          out.push({ key: n.slice(0, -suffix.length), pid: v.pid, startTime: v.startTime, build: typeof v.build === 'string' ? v.build : '', log });
         }
       } catch { /* gone meanwhile, or half a name: not a candidate */ }
     }
@@ -93,7 +119,7 @@ export class WarmPoolFiles {
 
   /** Names of a runner known dead or done with the pool (its `.idle`), so nobody tries it again; `log`: its boot log too. */
   forget(key: string, log = ''): void {
-    for (const k of ['idle', 'taken', 'claim'] as const) fs.rmSync(this.file(key, k), { force: true });
+    for (const k of ['idle', 'taken', 'claim', 'serving'] as const) fs.rmSync(this.file(key, k), { force: true });
     if (log) fs.rmSync(path.join(this.dir, log), { force: true });
   }
 
@@ -102,14 +128,26 @@ export class WarmPoolFiles {
     writeFileAtomic(this.file(key, 'claim'), JSON.stringify(claim), { durable: false });
   }
 
-  /** The runner reads its claim and removes it and its `.taken` at once (the environment must not linger on disk). */
-  consumeClaim(key: string): WarmClaim | null {
+  /**
+   * The runner reads its claim and removes it and its `.taken` at once (the environment must not linger on disk);
+   * `serving(claim)` true: its `.taken` becomes `<key>.serving` instead, until it is back or gone.
+   */
+  consumeClaim(key: string, serving: (claim: WarmClaim) => boolean = () => false): WarmClaim | null {
     let raw: string;
     try { const t = readStateText(this.file(key, 'claim'), `${key}.claim`); if (t === null) return null; raw = t; } catch { return null; }
     const v = JSON.parse(raw) as WarmClaim;
-    this.forget(key);
-    if (typeof v.runDir !== 'string' || typeof v.env !== 'object' || v.env === null) throw new Error('malformed warm claim');
+    const valid = typeof v.runDir === 'string' && typeof v.env === 'object' && v.env !== null;
+    if (valid && serving(v)) {
+      try { fs.renameSync(this.file(key, 'taken'), this.file(key, 'serving')); } catch { /* not counted: the pool may boot one more */ }
+    }
+    for (const k of ['idle', 'taken', 'claim'] as const) fs.rmSync(this.file(key, k), { force: true });
+    if (!valid) throw new Error('malformed warm claim');
     return v;
+  }
+
+  /** A runner that served its run and stays in the pool no longer counts as serving (its `.idle` is written first). */
+  endServing(key: string): void {
+    fs.rmSync(this.file(key, 'serving'), { force: true });
   }
 
   /** A wait's wake-up filter: only this runner's own names. */

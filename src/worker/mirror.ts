@@ -4,9 +4,11 @@
  * slots. Woken by the local run directory's changes, with a slow look behind them, as local waiters are.
  */
 import fs from 'node:fs';
+import path from 'node:path';
 import type { ManagerContext } from '../manager/context.js';
 import type { RedisRuns } from '../store/redis/run-store.js';
-import { isTerminalRun, type RunStatus, type StepStatus } from '../store/run-types.js';
+import { isTerminalRun, isTerminalStep, type RunStatus, type StepStatus } from '../store/run-types.js';
+import type { TreeCancelReason } from '../manager/distributed/tree.js';
 import { DirWatch } from '../wait.js';
 import { reconcileRun } from '../manager/reconcile.js';
 
@@ -19,7 +21,15 @@ export interface MirrorTarget {
   localRunId: string;
   worker: { id: string; host: string };
   capBytes: number;
+  /**
+   * Ends the run's nested runs (of one step, when given) that are still active; with `wait`, resolves once they have
+   * ended (bounded). Called when a step ends, and before the run's end is recorded (docs/scale-out.md, "Nested delegation").
+   */
+  endChildren: (o: { reason: TreeCancelReason; stepKey?: string; wait: boolean }) => Promise<number>;
 }
+
+/** Local mode's reason (src/runner/supervise.ts): a cancel of the tree stays a cancel, any other end is the parent's. */
+const childReason = (code: string | undefined): TreeCancelReason => (code === 'CANCELLED' ? 'CANCELLED' : 'PARENT_ENDED');
 
 /** Bytes of `file` from `offset` on (at most `max`, 1 MiB unless given); empty when there are none. */
 function readFrom(file: string, offset: number, max = 1024 * 1024): Buffer {
@@ -85,6 +95,25 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
       await copy(st.key, paths.output(st.key));
     }
   };
+  const settled = new Set<string>();
+  const answering = new Set<string>();
+  // The runner's requests to end a step's nested runs (src/runner/supervise.ts): answered once they have ended.
+  const answerSettleRequests = () => {
+    let names: string[];
+    try { names = fs.readdirSync(paths.dir); } catch { return; }
+    for (const name of names) {
+      const m = /^settle-(.+)\.json$/.exec(name);
+      if (!m || answering.has(m[1]!)) continue;
+      const stepKey = m[1]!;
+      answering.add(stepKey);
+      let reason: TreeCancelReason = 'PARENT_ENDED';
+      try { if ((JSON.parse(fs.readFileSync(path.join(paths.dir, name), 'utf8')) as { reason?: unknown }).reason === 'CANCELLED') reason = 'CANCELLED'; } catch { /* the default */ }
+      settled.add(stepKey);
+      void t.endChildren({ reason, stepKey, wait: true }).catch(() => 0).then(() => {
+        try { fs.writeFileSync(paths.settleDone(stepKey), '', { mode: 0o600 }); } catch { /* the runner's wait is bounded */ }
+      });
+    }
+  };
   // The steps' events of the local log go to Redis as they are written (the run's own start and end are recorded
   // there by the worker and by the end's script); each line once, in order.
   let eventsOffset = 0;
@@ -111,12 +140,21 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
   try {
     for (;;) {
       try {
+      answerSettleRequests();
       const local = t.local.store.readStatus(t.localRunId);
       if (local) {
         await copyOutputs(local);
         await forwardEvents(local);
-        const mirrored = translate(local, t.runId, t.worker.host);
+        let mirrored = translate(local, t.runId, t.worker.host);
+        for (const st of leaves(local.steps)) {
+          if (!isTerminalStep(st.state) || st.startedAt === null || settled.has(st.key)) continue;
+          settled.add(st.key);
+          void t.endChildren({ reason: childReason(st.error?.code), stepKey: st.key, wait: false }).catch(() => {});
+        }
         if (isTerminalRun(local.state)) {
+          // The run ends only once its nested runs have: a root holds its slot until its whole tree has ended.
+          const reason = childReason(local.error?.code);
+          const waited = await t.endChildren({ reason, wait: true }).catch(() => 0);
           for (const st of leaves(local.steps)) {
             if (st.state === 'failed') await t.runs.appendOutput(t.runId, `${st.key}.err`, tail(paths.stderr(st.key), 512), 512);
           }
@@ -124,8 +162,16 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
           // A run that started and ended while Redis was away never had a running status mirrored: its worker is
           // recorded here, so the record always says who ran it (docs/scale-out.md, "What lives in Redis").
           await t.runs.recordHolder(t.runId, fields);
+          if (waited > 0) {
+            // It ended when the last of its nested runs did, not when its own runner did.
+            const now = new Date().toISOString();
+            mirrored = { ...mirrored, endedAt: now, updatedAt: now };
+          }
           await forwardEvents(local);
           await t.runs.endRun(mirrored, { worker: t.worker.id, host: t.worker.host });
+          // A nested launch accepted while the wait above read the children is refused from now on (its parent
+          // has ended, in the same script); one accepted just before is asked here.
+          await t.endChildren({ reason, wait: false }).catch(() => {});
           return mirrored;
         }
         const text = JSON.stringify(mirrored);

@@ -5,6 +5,7 @@
  * ends failed/RUNNER_LOST. SIGTERM drains: no new jobs, running ones finish within the drain timeout, the rest are
  * cancelled.
  */
+import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
@@ -22,6 +23,8 @@ import { channels, queueName } from '../store/redis/keys.js';
 import { RedisRuns } from '../store/redis/run-store.js';
 import { isTerminalRun } from '../store/run-types.js';
 import { endedStatus } from '../manager/distributed/view.js';
+import { endChildren, parseCancelMessage, type TreeCancelReason } from '../manager/distributed/tree.js';
+import { JobQueue } from '../store/redis/job-queue.js';
 import { localContext, workerHome } from './local-context.js';
 import { mirrorRun } from './mirror.js';
 import { deleteRunBranches, removeRunLeftovers, sweepHome } from './leftovers.js';
@@ -35,10 +38,12 @@ export interface WorkerOptions {
 
 /** Steps' output kept in Redis per step when SUBAGENTS_MAX_OUTPUT_BYTES is not set (docs/scale-out.md). */
 const DEFAULT_REDIS_OUTPUT_BYTES = 16 * 1024 * 1024;
+/** Beyond the kill grace, how long a run's end waits for its nested runs on other workers to end. */
+const CHILDREN_END_MARGIN_MS = 10_000;
 /** How long a job waits before it is offered again when its run has no slot yet. */
 const RETRY_START_MS = 250;
 
-interface Held { local: string | null; cancelled: boolean }
+interface Held { local: string | null; cancelled: boolean; reason: TreeCancelReason }
 
 const inside = (p: string, root: string) => p === root || p.startsWith(root.endsWith(path.sep) ? root : root + path.sep);
 
@@ -53,15 +58,18 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
   const stopWarmPool = startWarmPool(local);
   const capBytes = settings.sources.maxOutputBytes === 'default' ? DEFAULT_REDIS_OUTPUT_BYTES : settings.maxOutputBytes;
   const runs = new RedisRuns(connect(url, { name: 'subagents-worker' }));
+  // Removes the jobs of nested runs no worker has taken yet when their parent ends (../manager/distributed/tree.ts).
+  const queue = new JobQueue(url, settings.pool);
   const sub = connect(url, { blocking: true, name: 'subagents-worker-cancel' });
   const held = new Map<string, Held>();
   const me = { id, host };
 
-  const cancelLocal = (runId: string) => {
+  const cancelLocal = (runId: string, reason: TreeCancelReason = 'CANCELLED') => {
     const h = held.get(runId);
     if (!h) return;
+    if (!h.cancelled) h.reason = reason;
     h.cancelled = true;
-    if (h.local) void cancelRun(local, h.local).catch((e) => log(`cancel of ${runId} failed: ${(e as Error).message}`));
+    if (h.local) void cancelRun(local, h.local, undefined, h.reason).catch((e) => log(`cancel of ${runId} failed: ${(e as Error).message}`));
   };
   // An append for a run this worker holds: its local runner takes it; the answer goes back on the request's channel.
   const appendLocal = async (text: string) => {
@@ -75,7 +83,8 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
       try {
         const result = await appendStep(local, h.local, req.entry);
         reply = { ok: true, result };
-        await runs.recordAppend(req.runId, result.fanout.used).catch(() => {}); // status shows it pending until its step starts
+        // Status shows it pending until its step starts, and its agent starts in the tree's fan-out.
+        await runs.recordAppend(req.runId, 'parallel' in req.entry ? req.entry.parallel.length : 1).catch(() => {});
       } catch (e) {
         reply = isSubagentError(e) ? { ok: false, code: e.code, message: e.message.split(h.local).join(req.runId) } : { ok: false, code: 'INTERNAL', message: 'the worker could not record the append' };
       }
@@ -101,7 +110,7 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
   const cancelChannel = channels.cancel(settings.pool);
   const cleanupChannel = channels.cleanup(settings.pool);
   sub.on('message', (channel: string, message: string) => {
-    if (channel === cancelChannel) cancelLocal(message);
+    if (channel === cancelChannel) { const m = parseCancelMessage(message); cancelLocal(m.runId, m.reason); }
     else if (channel === cleanupChannel) cleanupLocal(message);
     else void appendLocal(message);
   });
@@ -122,34 +131,41 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
       await fail(job.runId, `worker ${host} (${id}) does not serve ${cwd.slice(0, 200)}: its roots are ${roots.join(', ') || '(none)'}; start a worker with --root covering it in pool ${settings.pool}.`);
       return 'refused';
     }
-    const h: Held = { local: null, cancelled: false };
+    const h: Held = { local: null, cancelled: false, reason: 'CANCELLED' };
     held.set(job.runId, h);
+    let linkFile: string | null = null;
     try {
       let started;
       try {
-        started = await launch(local, input, { signal: new AbortController().signal, runId: job.runId, ...(job.treeLimits ? { treeLimits: job.treeLimits } : {}) });
+        // The run's runner hands this Redis to its agents' nested servers through their steps' 0600 budget files
+        // (docs/scale-out.md, "Nested delegation"); it is in no environment. The tree's budgets are its server's.
+        started = await launch(local, input, { signal: new AbortController().signal, runId: job.runId, distributedLink: { url, pool: settings.pool, runId: job.runId }, ...(job.treeLimits ? { treeLimits: job.treeLimits } : {}) });
       } catch (e) {
         const why = isSubagentError(e) ? e.text : 'the local launch failed';
         await fail(job.runId, `on worker ${host} (${id}): ${why.slice(0, 400)}`);
         return 'refused';
       }
       h.local = started.runId;
+      linkFile = local.store.paths(started.runId).distributedLink;
       await runs.event(job.runId, { type: 'started', worker: id, host }).catch(() => {});
-      if (h.cancelled) cancelLocal(job.runId);
+      if (h.cancelled) cancelLocal(job.runId, h.reason);
       const end = await mirrorRun({
         runs, local, runId: job.runId, localRunId: started.runId, worker: me, capBytes,
         onEndedElsewhere: () => { if (!h.cancelled) cancelLocal(job.runId); },
+        // Nested runs end with the step that launched them, and the run's end waits for them (docs/scale-out.md).
+        endChildren: (o) => endChildren(runs, queue, job.runId, { ...o, maxMs: o.wait ? settings.killGraceMs + CHILDREN_END_MARGIN_MS : 0 }),
       });
       return end.state;
     } finally {
       held.delete(job.runId);
+      if (linkFile) fs.rmSync(linkFile, { force: true });
     }
   };
 
   const jobsConnection = connect(url, { blocking: true, name: 'subagents-worker-jobs' });
   const worker = new Worker(queueName(settings.pool), async (job: Job, token?: string) => {
     const data = job.data as LaunchJob;
-    const go = await runs.startRun(data.runId, data.limit, data.agentSlots, data.maxAgents);
+    const go = await runs.startRun(data.runId, data.limit, data.agentSlots, data.maxAgents, data.nested === true);
     if (go === -1) return 'ended';
     if (go === 0) {
       // No slot yet (or not this run's turn): offered again shortly, to this worker or another.
@@ -166,14 +182,18 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
   });
   // A job this worker's stall check failed: its worker died. The run ends RUNNER_LOST (servers do the same on their
   // next look, whichever comes first; the end is a compare-and-set).
-  worker.on('failed', (job, err) => {
-    if (!job || !/stalled/i.test(err?.message ?? '')) return;
+  const lost = (runId: string) => {
     void (async () => {
-      const run = await runs.read(job.id!);
+      const run = await runs.read(runId);
       if (!run || isTerminalRun(run.status.state)) return;
       await runs.endRun(endedStatus(run.status, 'failed', { code: 'RUNNER_LOST', message: `worker ${run.host ?? '?'} (${run.worker ?? '?'}) stopped holding the run; it is never run again.` }));
+      await endChildren(runs, queue, run.record.runId, { reason: 'PARENT_ENDED', maxMs: 0 });
     })().catch(() => {});
-  });
+  };
+  worker.on('failed', (job, err) => { if (job && /stalled/i.test(err?.message ?? '')) lost(job.id!); });
+  // BullMQ moves a stalled job back to the wait list marked to fail, and fails it only when a worker takes it again:
+  // with every place of the pool busy that may be long, so the run ends at the stall check itself.
+  worker.on('stalled', (jobId) => { if (!held.has(jobId)) lost(jobId); });
   worker.on('error', (e) => log(`queue error: ${(e as Error).message.replace(url, redactRedisUrl(url))}`));
 
   const beat = () => runs.heartbeat({ id, host, pid: process.pid, pool: settings.pool, concurrency: o.concurrency, running: held.size, at: Date.now() }).catch(() => {});
@@ -198,6 +218,7 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
       await runs.forgetWorker(id).catch(() => {});
       sub.disconnect();
       jobsConnection.disconnect();
+      await queue.close();
       runs.redis.disconnect();
       log('stopped');
       resolve(0);

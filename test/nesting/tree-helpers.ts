@@ -47,8 +47,11 @@ export function liveRunProcesses(home: string): number[] {
       if (fs.existsSync(ready)) groups.add(JSON.parse(fs.readFileSync(ready, 'utf8')).pid);
     } catch { /* being written */ }
   }
+  // A warm runner back in the pool after its run (its command line names the pool again) is no process of that run.
+  const warm = `--warm ${path.join(home, 'warm')}`;
+  const idleInPool = (pid: number) => { try { return fs.readFileSync(`/proc/${pid}/cmdline`, 'latin1').replace(/\0/g, ' ').includes(warm); } catch { return false; } };
   return listProcesses()
-    .filter((p) => p.state !== 'Z' && p.pid !== process.pid && (groups.has(p.pgid) || tokens.some((t) => hasEnvEntry(p.pid, t))))
+    .filter((p) => p.state !== 'Z' && p.pid !== process.pid && (groups.has(p.pgid) || tokens.some((t) => hasEnvEntry(p.pid, t))) && !idleInPool(p.pid))
     .map((p) => p.pid);
 }
 

@@ -36,6 +36,7 @@ function writeAgents(home: string, gate: string): void {
   writeAgent(dir, 'held', { backend: 'command', command: ['node', FAKE, 'gate', `${gate}-held`] });
   writeAgent(dir, 'held2', { backend: 'command', command: ['node', FAKE, 'gate', `${gate}-held2`] });
   writeAgent(dir, 'held3', { backend: 'command', command: ['node', FAKE, 'gate', `${gate}-held3`] });
+  writeAgent(dir, 'delegate', { backend: 'command', command: ['node', path.join(FIXTURE_AGENTS, 'delegating-agent.mjs'), 'delegate'] });
 }
 
 let redis: RedisInstance;
@@ -372,6 +373,22 @@ describe.skipIf(skipped).each(['local', 'redis'] as const)('the contract in %s m
     sameInBothModes('chain group output', fin.output.text);
     sameInBothModes('chain group steps', fin.steps.map((x: { index: number; agent: string; state: string; members?: Array<{ state: string }> }) => ({ index: x.index, agent: x.agent, state: x.state, members: x.members?.map((m) => m.state) })));
   }, 90_000);
+
+  it('nesting: an agent delegates through its own server; the nested run completes as a child of its step, charged to the tree', async () => {
+    const plan = { launches: [{ agent: 'echo', task: 'nested in both modes' }], wait: true };
+    const r = await s().call('launch', { agent: 'delegate', task: JSON.stringify(plan) });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    const fin = await waitTerminal(s(), sc(r).runId, 90_000);
+    expect(fin.state, JSON.stringify(fin.error)).toBe('completed');
+    const rep = JSON.parse((await s().client.readResource({ uri: `subagents://runs/${fin.runId}/output` })).contents[0]!.text as string) as { results: Array<{ isError: boolean; text: string; structured: any }>; finals: any[] };
+    expect(rep.results[0]!.isError, rep.results[0]!.text).toBe(false);
+    const childId = rep.results[0]!.structured.runId as string;
+    expect(fin.steps[0].children).toEqual([childId]);
+    const child = sc(await s().call('status', { runId: childId }));
+    expect(child.state).toBe('completed');
+    sameInBothModes('nested launch', { fanout: rep.results[0]!.structured.fanout, final: rep.finals[0].state, output: rep.finals[0].output.text });
+    sameInBothModes('nested tree', { rootFanout: fin.fanout, childOutput: child.output.text, childSteps: child.steps.map((x: { agent: string; state: string }) => `${x.agent}:${x.state}`) });
+  }, 120_000);
 
   it('cancel of an ended run answers its final state and changes nothing', async () => {
     const runId = sc(await s().call('launch', { agent: 'echo', task: 'ended before the cancel' })).runId as string;

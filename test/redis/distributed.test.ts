@@ -376,15 +376,17 @@ suite('queue, load sharing and faults', () => {
 });
 
 suite('nested delegation on a worker', () => {
-  it('an agent on a worker delegates through a nested server on that worker (its tree stays on that machine), and the Redis URL never reaches it', async () => {
+  it('an agent on a worker delegates through a nested server, whose launch goes through the same Redis, and the Redis URL never reaches the agent', async () => {
     const w = await startWorker('nesting');
     writeAgent(path.join(w.home, 'agents'), 'delegate', { backend: 'command', command: ['node', path.join(FIXTURE_AGENTS, 'delegating-agent.mjs'), 'delegate'] });
     const s = await mainServer();
     const plan = { launches: [{ agent: 'echo', task: 'from the nested run' }], wait: true };
     const fin = await waitTerminal(s, sc(await s.call('launch', { agent: 'delegate', task: JSON.stringify(plan) })).runId, 90_000);
     expect(fin.state, JSON.stringify(fin.error)).toBe('completed');
-    const rep = JSON.parse(fin.output.text) as { env: Record<string, string>; results: Array<{ isError: boolean; text: string }>; finals: Array<{ state: string; output: { text: string } }> };
+    const rep = JSON.parse(fin.output.text) as { env: Record<string, string>; results: Array<{ isError: boolean; text: string; structured: { runId: string } }>; finals: Array<{ state: string; output: { text: string } }> };
     expect(rep.results.map((r) => r.isError), JSON.stringify(rep.results)).toEqual([false]);
+    // The nested run is a run of the Redis, under its parent's step (test/redis/nested.test.ts covers the rest).
+    expect(fin.steps[0].children).toEqual([rep.results[0]!.structured.runId]);
     expect(rep.finals[0]!.state).toBe('completed');
     expect(rep.finals[0]!.output.text).toBe('from the nested run');
     expect(JSON.stringify(rep.env)).not.toContain(redis.url);

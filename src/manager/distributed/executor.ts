@@ -10,6 +10,7 @@ import { randomBytes } from 'node:crypto';
 import { resolveBin } from '../../agents/resolve-bin.js';
 import { SubagentError, type ErrorCode } from '../../errors.js';
 import { newRunId } from '../../ids.js';
+import { ensurePrivateDir, writeFileAtomic } from '../../store/atomic-write.js';
 import { connect } from '../../store/redis/connection.js';
 import { channels } from '../../store/redis/keys.js';
 import { JobQueue } from '../../store/redis/job-queue.js';
@@ -30,6 +31,8 @@ import { notFound } from '../listing.js';
 import type { StatusAnswer, StatusQuery, WaitInfo } from '../run-status.js';
 import type { RunSummary } from '../status-view.js';
 import { endedStatus, renderDistributedRun } from './view.js';
+import { askChildrenToEnd } from './tree.js';
+import { checkNesting } from '../nesting.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -56,6 +59,17 @@ function claimPathsOf(entries: ChainEntryInput[]): string[] {
   return entries.flatMap((e, i) => ('parallel' in e ? e.parallel.map((m, j) => `step ${i} member ${j} (${m.agent})`) : [`step ${i} (${e.agent})`]));
 }
 
+/** A nested run's marker in its parent's local run directory (src/store/layout.ts, remoteChildrenDir). */
+function markRemoteChild(ctx: ManagerContext, localParentRunId: string, childRunId: string, stepKey: string): void {
+  try {
+    const paths = ctx.store.paths(localParentRunId);
+    ensurePrivateDir(paths.remoteChildrenDir);
+    writeFileAtomic(paths.remoteChild(childRunId), JSON.stringify({ stepKey }), { durable: false });
+  } catch {
+    // The run's end still ends it (src/worker/mirror.ts); only its step's end would not wait for it.
+  }
+}
+
 /** Pending step statuses named after the agents asked for (the worker resolves and freezes them). */
 function pendingSteps(entries: ChainEntryInput[]): StepStatus[] {
   return entries.map((e, i) => newStepStatus(i, ('parallel' in e
@@ -76,7 +90,6 @@ export class DistributedExecutor implements DistributedRuns {
 
   async launch(ctx: ManagerContext, input: LaunchInput): Promise<LaunchResult> {
     const { settings } = ctx;
-    if (ctx.nesting) throw new SubagentError('INVALID_INPUT', 'a nested launch cannot go to the distributed queue; the agent delegates on its own worker (docs/scale-out.md, "Limits").');
     for (const [name, v] of [['timeoutMs', input.timeoutMs], ['queueTimeoutMs', input.queueTimeoutMs]] as const) {
       if (v !== undefined && v > settings.maxTimeoutMs) throw new SubagentError('INVALID_INPUT', `${name} ${v} is above the maximum of ${settings.maxTimeoutMs} ms (SUBAGENTS_MAX_TIMEOUT_MS).`);
     }
@@ -91,6 +104,7 @@ export class DistributedExecutor implements DistributedRuns {
     }
     await checkIsolation(ctx, cwd, input);
     const entries: ChainEntryInput[] = input.mode === 'single' ? [input.step] : input.mode === 'parallel' ? [input.group] : input.chain;
+    if (ctx.nesting) return this.launchNested(ctx, input, entries);
     const { claims, width, agents } = shapeOf(entries);
     const runId = newRunId();
     const createdAt = new Date().toISOString();
@@ -98,6 +112,7 @@ export class DistributedExecutor implements DistributedRuns {
       v: 1, runId, sessionId: ctx.sessionId, pool: settings.pool, mode: input.mode, cwd, label: input.label ?? null, createdAt,
       agents, limits: { maxSpawns: settings.maxSpawnsPerRun, maxDepth: settings.maxDepth }, claims, agentSlots: width,
       queueDeadline: Date.now() + (input.queueTimeoutMs ?? settings.queueTimeoutMs),
+      depth: 0, rootRunId: runId, parentRunId: null, parentStepKey: null, maxAgents: settings.maxAgents,
     };
     const status = (state: 'starting' | 'queued'): RunStatus => ({
       v: 1, runId, state, error: null, startedAt: null, endedAt: null, updatedAt: createdAt, runner: null,
@@ -150,6 +165,76 @@ export class DistributedExecutor implements DistributedRuns {
   }
 
   /**
+   * A launch from a server an agent of a worker's run started (docs/scale-out.md, "Nested delegation"), charged as
+   * local mode charges one (docs/contract.md, "Nesting and isolation"): one deeper than its parent, refused
+   * DEPTH_EXCEEDED past the tree's limit; to the tree's fan-out and to the agent slots, never to the active-run capacity
+   * nor the queue; listed in the parent step's children. The tree's limits are its root server's, read from Redis (this
+   * server runs with the agent's environment). Every check and charge is one script, exact across workers.
+   */
+  private async launchNested(ctx: ManagerContext, input: LaunchInput, entries: ChainEntryInput[]): Promise<LaunchResult> {
+    const grant = ctx.nesting!;
+    const link = grant.redis;
+    const stepEnded = () => new SubagentError('RUN_NOT_ACTIVE', 'the step that started this server has ended; nothing can be launched from it any more.');
+    // Its tree lives in its parent's state home, not in this Redis: its launches belong there.
+    if (!link) throw new SubagentError('INVALID_INPUT', 'this server was started by an agent of a local run, whose nested runs stay in its state home; start it without --redis or SUBAGENTS_REDIS_URL.');
+    // The secret must still be valid now: its step may have ended since this server started.
+    if (!checkNesting(ctx.store, grant.parentRunId, grant.secretHash)) throw stepEnded();
+    const parent = await this.runs.read(link.runId);
+    if (!parent || isTerminalRun(parent.status.state)) throw stepEnded();
+    const p = parent.record;
+    const rootRunId = p.rootRunId ?? p.runId;
+    const depth = (p.depth ?? 0) + 1;
+    const limits = p.limits;
+    if (depth + 1 > limits.maxDepth) {
+      throw new SubagentError('DEPTH_EXCEEDED', `this run tree allows agents to depth ${limits.maxDepth} and a launch from here would start agents at depth ${depth + 1}; do the work in this agent instead of delegating.`);
+    }
+    const cwd = input.cwd === undefined ? p.cwd : path.resolve(p.cwd, input.cwd);
+    const { claims, width, agents } = shapeOf(entries);
+    const maxAgents = p.maxAgents ?? this.settings.maxAgents;
+    const runId = newRunId();
+    const createdAt = new Date().toISOString();
+    const record: DistributedRecord = {
+      v: 1, runId, sessionId: ctx.sessionId, pool: p.pool, mode: input.mode, cwd, label: input.label ?? null, createdAt,
+      agents, limits, claims, agentSlots: width, queueDeadline: Number.MAX_SAFE_INTEGER,
+      depth, rootRunId, parentRunId: p.runId, parentStepKey: grant.parentStepKey, maxAgents,
+    };
+    const status: RunStatus = {
+      v: 1, runId, state: 'starting', error: null, startedAt: null, endedAt: null, updatedAt: createdAt, runner: null,
+      steps: pendingSteps(entries), appendsTaken: 0, survivors: [],
+    };
+    // Marked in the parent's local run directory before it is accepted, so its runner, at the step's end, cannot miss
+    // it: the step then waits until its worker has ended its nested runs (./tree.ts), as a local step waits.
+    markRemoteChild(ctx, grant.parentRunId, runId, grant.parentStepKey);
+    const root = rootRunId === p.runId ? parent : await this.runs.read(rootRunId);
+    record.rootSessionId = root?.record.sessionId ?? p.rootSessionId ?? p.sessionId;
+    const c = await this.runs.claimNested(record, status, record.rootSessionId, { maxAgents });
+    if (c.outcome === 'PARENT_ENDED') throw stepEnded();
+    if (c.outcome === 'FANOUT') {
+      throw new SubagentError('FANOUT_EXHAUSTED', `this launch would start ${claims} agents and the run tree may start ${limits.maxSpawns} in all (SUBAGENTS_MAX_SPAWNS_PER_RUN); ${c.used} are claimed. Do the work in this agent, or launch fewer agents.`);
+    }
+    if (c.outcome === 'AGENTS') {
+      throw new SubagentError('CAPACITY_EXHAUSTED', `${c.agents} of ${maxAgents} agent processes are running or reserved across the pool (SUBAGENTS_MAX_AGENTS) and this launch needs ${width} more; a nested launch is refused rather than queued (a waiting parent could deadlock). Do the work in this agent, launch fewer agents at once, or retry after one of your nested runs ends.`);
+    }
+    const job: LaunchJob = {
+      runId, sessionId: ctx.sessionId, input: { ...input, cwd, queue: false }, limit: 0, maxAgents, agentSlots: width, nested: true,
+    };
+    try {
+      await this.queue.add(job);
+    } catch (e) {
+      await this.runs.endRun(endedStatus(status, 'failed', { code: 'HANDSHAKE_FAILED', message: 'the run could not be queued for a worker; nothing was started' })).catch(() => {});
+      throw e;
+    }
+    void this.runs.event(runId, { type: 'accepted', pool: p.pool, parentRunId: p.runId, parentStep: grant.parentStepKey }).catch(() => {});
+    const steps = (input.mode === 'parallel' ? status.steps[0]!.members! : status.steps).map((s) => ({ index: s.index, agent: s.agent, state: s.state }));
+    const counts = await this.runs.counts().catch(() => ({ active: 0 }));
+    return {
+      runId, sessionId: ctx.sessionId, state: 'starting', mode: input.mode, steps,
+      fanout: { used: c.used, limit: limits.maxSpawns, remaining: Math.max(0, limits.maxSpawns - c.used) },
+      capacity: { active: counts.active, limit: this.settings.maxActiveRuns },
+    };
+  }
+
+  /**
    * Ends the runs that hold a slot or a queue place for nothing: accepted but never queued (their server died in
    * between: no job, no worker, older than the handshake timeout), and queued runs past their queue timeout. Returns
    * how many it ended.
@@ -176,9 +261,15 @@ export class DistributedExecutor implements DistributedRuns {
   private async visible(ctx: ManagerContext, runId: string): Promise<StoredRun> {
     const run = await this.runs.read(runId);
     if (!run) throw notFound(runId);
-    const owner = run.record.sessionId;
-    if (!ctx.visibleSessions().has(owner) && !(await this.runs.lineage(ctx.sessionId)).has(owner)) throw notFound(runId);
-    return run;
+    // The session's own runs and adopted ones, and the nested runs under them (docs/contract.md, "Nesting and isolation").
+    let lineage: Set<string> | null = null;
+    let at: StoredRun | null = run;
+    for (let hops = 0; at && hops <= 64; hops++) {
+      const owner = at.record.sessionId;
+      if (ctx.visibleSessions().has(owner) || (lineage ??= await this.runs.lineage(ctx.sessionId)).has(owner)) return run;
+      at = at.record.parentRunId ? await this.runs.read(at.record.parentRunId) : null;
+    }
+    throw notFound(runId);
   }
 
   /**
@@ -246,7 +337,7 @@ export class DistributedExecutor implements DistributedRuns {
     await this.runs.addAncestors(ctx.sessionId, known);
     const after = await this.runs.lineage(ctx.sessionId);
     const runs = (await this.summaries([...after].filter((id) => id !== ctx.sessionId), ctx.sessionId, false));
-    const adopted = runs.filter((r) => !before.has(r.sessionId)).length;
+    const adopted = runs.filter((r) => r.adopted && !before.has(r.sessionId)).length;
     return { sessionId: ctx.sessionId, lineage: [...after], adopted, unknown, runs };
   }
 
@@ -317,7 +408,7 @@ export class DistributedExecutor implements DistributedRuns {
           runId: id, sessionId: r.record.sessionId, state: r.status.state, mode: r.record.mode, label: r.record.label,
           agents: r.record.agents, createdAt: r.record.createdAt, endedAt: r.status.endedAt,
           error: r.status.error ? { code: r.status.error.code, message: r.status.error.message } : null,
-          adopted: r.record.sessionId !== me, dismissed: r.dismissed, ...(place ? { queue: place } : {}),
+          adopted: r.record.sessionId !== me && (r.record.depth ?? 0) === 0, dismissed: r.dismissed, ...(place ? { queue: place } : {}),
         });
       }
     }
@@ -335,11 +426,13 @@ export class DistributedExecutor implements DistributedRuns {
       return run;
     }
     const job = await this.queue.state(run.record.runId);
-    const lost = job === null ? run.worker !== null : job.state === 'failed' || job.state === 'completed';
+    const lost = job === null ? run.worker !== null : job.state === 'failed' || job.state === 'completed' || job.stalled;
     if (!lost) return run;
     const who = run.worker ? `worker ${run.host ?? '?'} (${run.worker})` : 'its worker';
     const reason = job?.failedReason ? ` (${job.failedReason.slice(0, 120)})` : '';
     await this.runs.endRun(endedStatus(run.status, 'failed', { code: 'RUNNER_LOST', message: `${who} stopped holding the run${reason}; its agents were stopped by the runner on that machine, and it is never run again.` }));
+    // Its nested runs on other workers lost the agent that launched them.
+    void askChildrenToEnd(this.runs, this.queue, run.record.runId, { reason: 'PARENT_ENDED' }).catch(() => {});
     return (await this.runs.read(run.record.runId)) ?? run;
   }
 
@@ -444,6 +537,8 @@ export class DistributedExecutor implements DistributedRuns {
     const stop = await this.notes.watch(runId, () => wake());
     try {
       await this.runs.redis.publish(channels.cancel(run.record.pool), runId);
+      // The whole tree at once, as local mode's cancel does: each nested run stops within the same grace.
+      await askChildrenToEnd(this.runs, this.queue, runId, { reason: 'CANCELLED', deep: true }).catch(() => []);
       const end = performance.now() + ctx.settings.killGraceMs + 5000;
       while (performance.now() < end) {
         run = (await this.runs.read(runId)) ?? run;

@@ -18,6 +18,20 @@ export function endedStatus(s: RunStatus, state: 'failed' | 'cancelled', error: 
   return { ...s, state, error, endedAt: now, updatedAt: now, steps: s.steps.map(close) };
 }
 
+/** Agents started by a run and every run under it (a terminal run's fan-out: what its tree actually used). */
+export async function startedInTree(runs: RedisRuns, runId: string, ownStarted: number): Promise<number> {
+  let total = ownStarted;
+  const frontier = (await runs.children(runId)).map((c) => c.runId);
+  for (let seen = 0; frontier.length > 0 && seen < 1000; seen++) {
+    const id = frontier.shift()!;
+    const run = await runs.read(id);
+    if (!run) continue;
+    total += run.status.steps.flatMap((s) => (s.members ? s.members : [s])).filter((s) => s.startedAt !== null).length;
+    frontier.push(...(await runs.children(id)).map((c) => c.runId));
+  }
+  return total;
+}
+
 /** Head and tail of a stored output around an omission marker, as local files are shown. */
 async function boundedStored(runs: RedisRuns, runId: string, key: string, budget: number): Promise<TextView> {
   const size = await runs.outputLength(runId, key);
@@ -37,6 +51,7 @@ export async function renderDistributedRun(runs: RedisRuns, ctx: ManagerContext,
   const textCount = flat.filter((s) => !s.members).length + 1;
   const runBudget = Math.floor(outputBytes / 2);
   const stepBudget = Math.max(64, Math.floor((outputBytes - runBudget) / Math.max(1, textCount)));
+  const children = await runs.children(runId);
   const view = async (s: StepStatus): Promise<StepView> => {
     let output: TextView = { text: '', bytes: s.outputBytes, truncated: false };
     if (!s.members) {
@@ -46,7 +61,8 @@ export async function renderDistributedRun(runs: RedisRuns, ctx: ManagerContext,
     }
     const v: StepView = {
       index: s.index, agent: s.agent, state: s.state, exitCode: s.exitCode, signal: s.signal, startedAt: s.startedAt,
-      endedAt: s.endedAt, pid: s.process?.pid ?? null, output, usage: s.usage, costUsd: s.costUsd, error: s.error, children: [],
+      endedAt: s.endedAt, pid: s.process?.pid ?? null, output, usage: s.usage, costUsd: s.costUsd, error: s.error,
+      children: children.filter((c) => c.stepKey === s.key).map((c) => c.runId),
     };
     if (s.changes) v.changes = changesView(s.changes);
     if (s.state === 'failed' && !s.members) {
@@ -62,9 +78,11 @@ export async function renderDistributedRun(runs: RedisRuns, ctx: ManagerContext,
   const created = Date.parse(record.createdAt);
   const startedMs = status.startedAt ? Date.parse(status.startedAt) : null;
   const endMs = status.endedAt ? Date.parse(status.endedAt) : null;
+  // An ended run shows what its tree started (a tree's claims of steps never started are not counted); an active one
+  // what its tree has claimed, the root's budget being shared by every run under it (docs/scale-out.md).
   const used = isTerminalRun(status.state)
-    ? flat.filter((s) => !s.members && s.startedAt !== null).length
-    : await runs.fanoutUsed(record.runId);
+    ? await startedInTree(runs, runId, flat.filter((s) => !s.members && s.startedAt !== null).length)
+    : await runs.fanoutUsed(record.rootRunId ?? record.runId);
   const v: RunView = {
     runId, sessionId: record.sessionId, state: status.state, mode: record.mode, label: record.label, cwd: record.cwd,
     createdAt: record.createdAt, startedAt: status.startedAt, endedAt: status.endedAt,
@@ -72,7 +90,7 @@ export async function renderDistributedRun(runs: RedisRuns, ctx: ManagerContext,
     lastActivityAt: status.updatedAt, error: status.error, steps: stepViews,
     output: { ...runOut, uri: `subagents://runs/${runId}/output` },
     fanout: { used, limit: record.limits.maxSpawns, remaining: Math.max(0, record.limits.maxSpawns - used) },
-    pendingAppends: pendingAppends(run), adopted: record.sessionId !== ctx.sessionId, dismissed: run.dismissed, runnerPid: status.runner?.pid ?? null,
+    pendingAppends: pendingAppends(run), adopted: record.sessionId !== ctx.sessionId && (record.depth ?? 0) === 0, dismissed: run.dismissed, runnerPid: status.runner?.pid ?? null,
   };
   if (status.runnerLogTail) v.runnerLogTail = status.runnerLogTail;
   if (status.state === 'queued') {

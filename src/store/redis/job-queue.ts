@@ -41,12 +41,17 @@ export class JobQueue {
     });
   }
 
-  /** BullMQ's state of the run's job ('failed' for a stalled one), or null when there is none. */
-  async state(runId: string): Promise<{ state: string; failedReason: string | null } | null> {
+  /**
+   * BullMQ's state of the run's job, or null when there is none. `stalled`: its worker stopped holding it. BullMQ
+   * moves such a job back to the wait list marked to fail (`maxStalledCount: 0`), and fails it only when a worker
+   * next takes it, which a pool whose every place is busy may not do for long: the mark is what counts.
+   */
+  async state(runId: string): Promise<{ state: string; failedReason: string | null; stalled: boolean } | null> {
     return bounded('read the job', async () => {
       const job = await this.queue.getJob(runId);
       if (!job) return null;
-      return { state: await job.getState(), failedReason: job.failedReason ?? null };
+      const stalled = Boolean(job.deferredFailure) || (job.stalledCounter ?? 0) > 0;
+      return { state: await job.getState(), failedReason: job.failedReason ?? job.deferredFailure ?? null, stalled };
     });
   }
 

@@ -19,6 +19,8 @@ export const keys = {
   fanout: (rootRunId: string) => `${PREFIX}fanout:${rootRunId}`,
   /** HASH of one run: record, status, state, worker, host, localRunId. */
   run: (runId: string) => `${PREFIX}run:${runId}`,
+  /** HASH of a run's nested runs: child run id → the parent's step key that launched it. */
+  children: (runId: string) => `${PREFIX}run:${runId}:children`,
   /** LIST of a run's events, JSON lines in order. */
   events: (runId: string) => `${PREFIX}run:${runId}:events`,
   /** STRING of one step's output (`run` for the run's own output), capped at SUBAGENTS_MAX_OUTPUT_BYTES. */

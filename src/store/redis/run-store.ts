@@ -27,6 +27,18 @@ export interface DistributedRecord {
   agentSlots: number;
   /** Epoch ms after which a run still queued ends failed/QUEUE_TIMEOUT. */
   queueDeadline: number;
+  /**
+   * The run's place in its tree (docs/scale-out.md, "Nested delegation"): 0 and itself for a launch of a server,
+   * one deeper than its parent for a nested one. Absent on records written before nesting went through Redis.
+   */
+  depth?: number;
+  rootRunId?: string;
+  parentRunId?: string | null;
+  parentStepKey?: string | null;
+  /** SUBAGENTS_MAX_AGENTS of the tree's root server: what nested launches are charged against. */
+  maxAgents?: number;
+  /** A nested run's root's session, whose index lists it too. */
+  rootSessionId?: string;
 }
 
 export interface StoredRun {
@@ -47,6 +59,14 @@ export type ClaimOutcome =
   | { outcome: 'QUEUED'; active: number; position: number; queued: number }
   | { outcome: 'FULL' | 'QUEUE_FULL'; active: number; queued: number }
   | { outcome: 'FANOUT'; used: number };
+
+export interface NestedClaim {
+  outcome: 'ADMITTED' | 'PARENT_ENDED' | 'FANOUT' | 'AGENTS';
+  /** The tree's fan-out used (ADMITTED: after this launch; FANOUT: before it). */
+  used: number;
+  /** Agent slots in use (ADMITTED: after this launch; AGENTS: before it). */
+  agents: number;
+}
 
 export class RedisRuns {
   constructor(readonly redis: ScriptedRedis) {}
@@ -76,9 +96,26 @@ export class RedisRuns {
     return { outcome: outcome as 'FULL' | 'QUEUE_FULL', active: a, queued: q };
   }
 
+  /** A nested launch's acceptance (./scripts.ts CLAIM_NESTED); the record names its parent, root and step. */
+  async claimNested(record: DistributedRecord, status: RunStatus, rootSessionId: string, o: { maxAgents: number }): Promise<NestedClaim> {
+    const parent = record.parentRunId!;
+    const r = await this.call('accept the nested launch', () => this.redis.saClaimNested(
+      keys.run(parent), keys.fanout(record.rootRunId!), keys.run(record.runId), keys.sessionRuns(record.sessionId),
+      keys.sessionRuns(rootSessionId), keys.allRuns, keys.agents, keys.agentsTotal, keys.children(parent),
+      record.runId, record.claims, record.limits.maxSpawns, record.agentSlots, o.maxAgents, JSON.stringify(record),
+      Date.parse(record.createdAt), JSON.stringify(status), record.parentStepKey ?? ''));
+    return { outcome: r[0] as NestedClaim['outcome'], used: Number(r[1]), agents: Number(r[2]) };
+  }
+
+  /** The nested runs launched from a run, with the step that launched each. */
+  async children(runId: string): Promise<Array<{ runId: string; stepKey: string }>> {
+    const h = await this.call('read the nested runs', () => this.redis.hgetall(keys.children(runId)));
+    return Object.entries(h).map(([id, stepKey]) => ({ runId: id, stepKey }));
+  }
+
   /** 1: start it now; 0: not yet (no slot, or not its turn); -1: it ended or is unknown, never start it. */
-  async startRun(runId: string, limit: number, agentSlots: number, maxAgents: number): Promise<1 | 0 | -1> {
-    const r = await this.call('start the run', () => this.redis.saStartRun(keys.active, keys.queued, keys.agents, keys.agentsTotal, keys.run(runId), runId, limit, agentSlots, maxAgents));
+  async startRun(runId: string, limit: number, agentSlots: number, maxAgents: number, nested = false): Promise<1 | 0 | -1> {
+    const r = await this.call('start the run', () => this.redis.saStartRun(keys.active, keys.queued, keys.agents, keys.agentsTotal, keys.run(runId), runId, limit, agentSlots, maxAgents, nested ? 1 : 0));
     return Number(r) as 1 | 0 | -1;
   }
 
@@ -112,13 +149,13 @@ export class RedisRuns {
   }
 
   /**
-   * Counts an append the holding worker accepted with the tree's fan-out it claimed there (the worker holds the tree's
-   * budget once the run is its own), and wakes the run's watchers (its pending appends and fan-out changed).
+   * Counts an append the holding worker accepted and the agent starts it claimed in the tree's fan-out (with the nested
+   * runs' claims), and wakes the run's watchers (its pending appends and fan-out changed).
    */
-  async recordAppend(runId: string, fanoutUsed: number): Promise<void> {
+  async recordAppend(runId: string, claims: number): Promise<void> {
     await this.call('record the append', () => this.redis.multi()
       .hincrby(keys.run(runId), 'appendsAccepted', 1)
-      .set(keys.fanout(runId), String(fanoutUsed), 'KEEPTTL')
+      .incrby(keys.fanout(runId), claims)
       .publish(channels.run(runId), 'append')
       .exec());
   }
@@ -180,8 +217,8 @@ export class RedisRuns {
     // Its removal is an event of the feed only: a session's servers announce their changed list.
     const removed = JSON.stringify({ ts: new Date().toISOString(), type: 'removed' });
     await this.call('remove the run', () => this.redis.multi()
-      .del(keys.run(runId), keys.events(runId), keys.fanout(runId), ...outputs)
-      .zrem(keys.allRuns, runId).zrem(keys.sessionRuns(sessionId), runId)
+      .del(keys.run(runId), keys.events(runId), keys.fanout(runId), keys.children(runId), ...outputs)
+      .zrem(keys.allRuns, runId).zrem(keys.sessionRuns(sessionId), runId).zrem(keys.sessionRuns(run.record.rootSessionId ?? sessionId), runId)
       .xadd(keys.feed, 'MAXLEN', '~', FEED_MAX_LEN, '*', 'run', runId, 'session', sessionId, 'event', removed)
       .exec());
   }

@@ -66,9 +66,39 @@ return { outcome, active, position, queued }
 `;
 
 /**
+ * A nested launch's acceptance (docs/scale-out.md, "Nested delegation"), all or nothing, as local mode charges one:
+ * to the tree's fan-out and to the agent slots (refused, never queued: a waiting parent could deadlock), not to the
+ * active-run capacity. The parent must still be active; the run is listed among its children in the same step.
+ * KEYS: parentRun, fanout (the root's), run, sessionRuns, rootSessionRuns, allRuns, agents, agentsTotal, children
+ * (the parent's). ARGV: runId, claims, maxSpawns, agentSlots, maxAgents, record JSON, createdAtMs, status JSON,
+ * parentStepKey. Returns { outcome, a, b }: ADMITTED (fan-out used, agents in use), PARENT_ENDED, FANOUT (used),
+ * AGENTS (agents in use).
+ */
+const CLAIM_NESTED = `
+${TERMINAL}
+local runId, claims, maxSpawns, want, maxAgents = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local parent = redis.call('HGET', KEYS[1], 'state')
+if not parent or terminal[parent] then return { 'PARENT_ENDED', 0, 0 } end
+local used = tonumber(redis.call('GET', KEYS[2]) or '0')
+if used + claims > maxSpawns then return { 'FANOUT', used, 0 } end
+local total = tonumber(redis.call('GET', KEYS[8]) or '0')
+if total + want > maxAgents then return { 'AGENTS', total, 0 } end
+redis.call('INCRBY', KEYS[2], claims)
+redis.call('HSET', KEYS[7], runId, want)
+redis.call('INCRBY', KEYS[8], want)
+redis.call('HSET', KEYS[3], 'record', ARGV[6], 'status', ARGV[8], 'state', cjson.decode(ARGV[8]).state)
+redis.call('ZADD', KEYS[4], tonumber(ARGV[7]), runId)
+redis.call('ZADD', KEYS[5], tonumber(ARGV[7]), runId)
+redis.call('ZADD', KEYS[6], tonumber(ARGV[7]), runId)
+redis.call('HSET', KEYS[9], runId, ARGV[9])
+return { 'ADMITTED', used + claims, total + want }
+`;
+
+/**
  * A worker's start of a job: the run must hold an active-run slot (a queued run takes one when there is room and it
  * is the queue's head) and gets its agent slots, both or neither.
- * KEYS: active, queued, agents, agentsTotal, run. ARGV: runId, limit (0: none), agentSlots, maxAgents.
+ * KEYS: active, queued, agents, agentsTotal, run. ARGV: runId, limit (0: none), agentSlots, maxAgents, nested (1/0:
+ * a nested run holds no active-run slot and got its agent slots at acceptance, so it starts while it has not ended).
  * Returns 1 (start), 0 (not yet: no slot, or not the head) or -1 (the run has ended or is unknown: never start it).
  */
 const START_RUN = `
@@ -76,6 +106,7 @@ ${TERMINAL}
 local runId, limit, want, maxAgents = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local state = redis.call('HGET', KEYS[5], 'state')
 if not state or terminal[state] then return -1 end
+if ARGV[5] == '1' then return 1 end
 local held = redis.call('SISMEMBER', KEYS[1], runId) == 1
 if not held then
   if not redis.call('ZSCORE', KEYS[2], runId) then return -1 end
@@ -170,6 +201,7 @@ return 1
 
 export interface SubagentScripts {
   saClaimLaunch(...args: Array<string | number>): Promise<[string, number, number, number]>;
+  saClaimNested(...args: Array<string | number>): Promise<[string, number, number]>;
   saStartRun(...args: Array<string | number>): Promise<number>;
   saPutStatus(...args: Array<string | number>): Promise<number>;
   saEndRun(...args: Array<string | number>): Promise<number>;
@@ -183,6 +215,7 @@ export type ScriptedRedis = Redis & SubagentScripts;
 /** Registers the scripts (EVALSHA, loaded on first use) on a client. */
 export function defineScripts(r: Redis): ScriptedRedis {
   r.defineCommand('saClaimLaunch', { numberOfKeys: 9, lua: CLAIM_LAUNCH });
+  r.defineCommand('saClaimNested', { numberOfKeys: 9, lua: CLAIM_NESTED });
   r.defineCommand('saStartRun', { numberOfKeys: 5, lua: START_RUN });
   r.defineCommand('saPutStatus', { numberOfKeys: 1, lua: PUT_STATUS });
   r.defineCommand('saEndRun', { numberOfKeys: 7, lua: END_RUN });
