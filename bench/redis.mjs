@@ -6,7 +6,8 @@
 //    (`endedAt`) between the end of the first wave and the last end, so the ramp-up (launches, first runner boots,
 //    the first BullMQ pick-ups) is not in it. Compared with the linear ideal (one worker's rate times the number of
 //    workers), and as the share of the slots' time their agents run (agent steps' own start and end). It also prints the machine's CPU busy over the window
-//    (/proc/stat) and CPU time per run: every worker, runner and agent here shares this machine's cores, so a
+//    (/proc/stat) and CPU time per run (the processes under the server, Redis and the workers, live or reaped):
+//    every worker, runner and agent here shares this machine's cores, so a
 //    figure whose window is CPU-bound measures the machine, not the distribution.
 // Starts its own redis-server (the Debian package) on a free loopback port with a temp data dir; never fails on speed.
 import { spawn } from 'node:child_process';
@@ -35,18 +36,30 @@ function cpuTicks() {
 }
 
 /**
- * CPU time (ms) of the server, redis-server and the workers with every child they reaped (runners, and through them
- * agents): what the runs cost, without what else the machine is doing.
+ * CPU time (ms) of the server, redis-server and the workers with every process under them, live or reaped: runners
+ * (a warm runner that served a run lives on in its worker's pool) and, through them, agents. What the runs cost,
+ * without what else the machine is doing.
  */
 function treeCpuMs(serverPid) {
-  const of = (pid, kids) => {
+  const stat = new Map(); // pid → { ppid, own, reaped } in clock ticks
+  for (const name of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
     try {
-      const f = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const f = fs.readFileSync(`/proc/${name}/stat`, 'utf8');
       const x = f.slice(f.lastIndexOf(')') + 2).split(' ').map(Number);
-      return ((x[11] + x[12] + (kids ? x[13] + x[14] : 0)) * 1000) / TICKS_PER_S;
-    } catch { return 0; }
+      stat.set(Number(name), { ppid: x[1], own: x[11] + x[12], reaped: x[13] + x[14] });
+    } catch { /* gone */ }
+  }
+  const kids = new Map();
+  for (const [pid, s] of stat) { if (!kids.has(s.ppid)) kids.set(s.ppid, []); kids.get(s.ppid).push(pid); }
+  const under = (pid) => {
+    const s = stat.get(pid);
+    if (!s) return 0;
+    return s.own + s.reaped + (kids.get(pid) ?? []).reduce((sum, k) => sum + under(k), 0);
   };
-  return of(serverPid, false) + of(redis.pid, false) + workers.reduce((sum, w) => sum + of(w.pid, true), 0);
+  const own = (pid) => stat.get(pid)?.own ?? 0;
+  const ticks = own(serverPid) + own(redis.pid) + workers.reduce((sum, w) => sum + under(w.pid), 0);
+  return (ticks * 1000) / TICKS_PER_S;
 }
 
 const h = tempHome('sa-bench-redis-');
@@ -116,7 +129,7 @@ try {
       }
     }
     const cpu1 = cpuTicks();
-    await sleep(500); // the last runners reaped by their workers
+    await sleep(500); // the last runs' runners back in their pools or reaped
     const tree1 = treeCpuMs(dist.pid);
     ends.sort((x, y) => x - y);
     // From the end of the first wave to the last end: runs - slots runs ended in that window.
