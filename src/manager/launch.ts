@@ -108,16 +108,8 @@ export interface LaunchOptions {
   distributedLink?: DistributedLink;
   /** A worker's launch: the run keeps its distributed run id in the worker's home (docs/scale-out.md). */
   runId?: string;
-}
-
-export interface LaunchOptions {
-  signal: AbortSignal;
-  onProgress?: (phase: string) => void;
-  /**
-   * A worker's launch of a distributed run (docs/scale-out.md, "Nested delegation"): the Redis the run belongs to,
-   * written 0600 into the run's directory for its runner, which hands it to nested servers through budget files.
-   */
-  distributedLink?: DistributedLink;
+  /** A worker's launch: the run tree's budgets of the server that accepted it (docs/scale-out.md, "Capacity across machines"). */
+  treeLimits?: RunRecord['limits'];
 }
 
 /**
@@ -142,7 +134,8 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
   if (ctx.nesting && !nesting) throw new SubagentError('RUN_NOT_ACTIVE', 'the step that started this server has ended; nothing can be launched from it any more.');
   const parentRecord = nesting ? ctx.store.readRecord(nesting.parentRunId) : null;
   const rootRecord = nesting ? ctx.store.readRecord(nesting.rootRunId) : null;
-  const limits = rootRecord ? rootRecord.limits : { maxSpawns: settings.maxSpawnsPerRun, maxDepth: settings.maxDepth };
+  // A distributed worker's run keeps the budgets of the server that accepted it (docs/scale-out.md, "Capacity across machines").
+  const limits = rootRecord ? rootRecord.limits : o.treeLimits ?? { maxSpawns: settings.maxSpawnsPerRun, maxDepth: settings.maxDepth };
   const depth = parentRecord ? parentRecord.depth + 1 : 0;
   if (depth + 1 > limits.maxDepth) {
     throw new SubagentError('DEPTH_EXCEEDED', `this run tree allows agents to depth ${limits.maxDepth} and a launch from here would start agents at depth ${depth + 1}; do the work in this agent instead of delegating.`);

@@ -217,6 +217,8 @@ async function bootOne(ctx: ManagerContext, files: WarmPoolFiles, state: PoolSta
       SUBAGENTS_WARM_LOG: log,
       SUBAGENTS_WARM_BUILD: ownBuild(),
     };
+    // A distributed worker's idle runners retire when the worker dies (runner/warm-idle.ts).
+    if (ctx.env.SUBAGENTS_SUPERVISOR) env.SUBAGENTS_SUPERVISOR = ctx.env.SUBAGENTS_SUPERVISOR;
     const child = await spawnDetached([process.execPath, RUNNER_MAIN, '--warm', files.dir, TITLE_ROOM], { cwd: files.dir, env, logFile: log });
     if (child.pid !== undefined) state.booting.set(child.pid, performance.now() + ctx.settings.handshakeTimeoutMs);
   } catch {

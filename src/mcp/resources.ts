@@ -175,12 +175,7 @@ export async function readResource(ctx: ManagerContext, uri: string): Promise<Re
   }
   if (p.part === 'events') {
     const page = readPage((o, l) => readFileBytes(paths.events, o, l), offset, length, true);
-    // Readers skip torn or garbled lines (docs/contract.md, invariant 6).
-    const text = page.text.split('\n').filter((line) => {
-      if (line.trim() === '') return false;
-      try { const v = JSON.parse(line) as unknown; return typeof v === 'object' && v !== null && !Array.isArray(v); } catch { return false; }
-    }).join('\n');
-    return { contents: [pagedContent(uri, 'application/x-ndjson', { ...page, text }, length)] };
+    return { contents: [pagedContent(uri, 'application/x-ndjson', { ...page, text: eventLines(page.text) }, length)] };
   }
   if (p.part === 'step' || p.part === 'patch') {
     const status = await freshStatus(ctx, runId);
@@ -190,6 +185,14 @@ export async function readResource(ctx: ManagerContext, uri: string): Promise<Re
   }
   const file = p.part === 'step' ? paths.output(p.stepKey!) : p.part === 'patch' ? paths.patch(p.stepKey!) : paths.runOutput;
   return { contents: [pagedContent(uri, p.part === 'patch' ? 'text/x-diff' : 'text/plain', readPage((o, l) => readFileBytes(file, o, l), offset, length, false), length)] };
+}
+
+/** A page of events as served: whole JSON objects, one a line; readers skip torn or garbled lines and blank ones (docs/contract.md, invariant 6). */
+function eventLines(text: string): string {
+  return text.split('\n').filter((line) => {
+    if (line.trim() === '') return false;
+    try { const v = JSON.parse(line) as unknown; return typeof v === 'object' && v !== null && !Array.isArray(v); } catch { return false; }
+  }).join('\n');
 }
 
 /** Distributed mode: the same resources, read from Redis (docs/scale-out.md, "What lives in Redis"). */
@@ -207,8 +210,8 @@ async function readDistributedResource(ctx: ManagerContext, d: NonNullable<Manag
     const part = p.part === 'step' || p.part === 'patch' ? { step: p.stepKey!, patch: p.part === 'patch' } : p.part;
     const got = await d.readBytes(ctx, p.runId, part, offset, length + 3);
     const page = readPage(() => got, offset, length, p.part === 'events');
-    const mime = p.part === 'events' ? 'application/x-ndjson' : p.part === 'patch' ? 'text/x-diff' : 'text/plain';
-    return { contents: [pagedContent(uri, mime, page, length)] };
+    if (p.part === 'events') return { contents: [pagedContent(uri, 'application/x-ndjson', { ...page, text: eventLines(page.text) }, length)] };
+    return { contents: [pagedContent(uri, p.part === 'patch' ? 'text/x-diff' : 'text/plain', page, length)] };
   } catch (e) {
     if (e instanceof SubagentError && e.code === 'RUN_NOT_FOUND') throw notFound(uri);
     throw e;
@@ -219,7 +222,8 @@ async function readDistributedResource(ctx: ManagerContext, d: NonNullable<Manag
 export const MAX_COMPLETIONS = 100;
 
 /** Template completion: run ids of this session for `runId`, step keys of that run for `index`. */
-export function completeArgument(ctx: ManagerContext, name: string, value: string, context: Record<string, string> = {}): { values: string[]; total: number } {
+export async function completeArgument(ctx: ManagerContext, name: string, value: string, context: Record<string, string> = {}): Promise<{ values: string[]; total: number }> {
+  if (ctx.distributed) return completeDistributed(ctx, ctx.distributed, name, value, context);
   let all: string[] = [];
   if (name === 'runId') all = listVisible(ctx).map((m) => m.runId).filter((id) => id.startsWith(value));
   else if (name === 'index' && context.runId) {
@@ -229,6 +233,21 @@ export function completeArgument(ctx: ManagerContext, name: string, value: strin
       all = (s?.steps ?? []).flatMap((st) => [st.key, ...(st.members ?? []).map((m) => m.key)]).filter((k) => k.startsWith(value));
     } catch { all = []; }
   }
+  return { values: all.slice(0, MAX_COMPLETIONS), total: all.length };
+}
+
+/** Distributed mode's completion: the same answers, from Redis. */
+async function completeDistributed(ctx: ManagerContext, d: NonNullable<ManagerContext['distributed']>, name: string, value: string, context: Record<string, string>): Promise<{ values: string[]; total: number }> {
+  let all: string[] = [];
+  try {
+    if (name === 'runId') {
+      const answer = await d.status(ctx, { all: true }, { signal: new AbortController().signal });
+      all = (answer.kind === 'list' ? answer.runs : []).map((r) => r.runId).filter((id) => id.startsWith(value));
+    } else if (name === 'index' && context.runId) {
+      const { status } = await d.runState(ctx, context.runId);
+      all = status.steps.flatMap((st) => [st.key, ...(st.members ?? []).map((m) => m.key)]).filter((k) => k.startsWith(value));
+    }
+  } catch { all = []; }
   return { values: all.slice(0, MAX_COMPLETIONS), total: all.length };
 }
 

@@ -99,7 +99,7 @@ export function createServer(o: Omit<CoreOptions, 'server'> & {
   server.setRequestHandler(CompleteRequestSchema, async (req) => {
     const arg = req.params.argument;
     const { values, total } = req.params.ref.type === 'ref/resource'
-      ? (await core()).complete(arg.name, arg.value, req.params.context?.arguments) : { values: [], total: 0 };
+      ? await (await core()).complete(arg.name, arg.value, req.params.context?.arguments) : { values: [], total: 0 };
     return { completion: { values, total, hasMore: total > values.length } };
   });
   return {

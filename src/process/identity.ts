@@ -126,3 +126,13 @@ export function commandLineOf(pid: number): string[] {
 export function servesRun(runner: ProcessIdentity, runDir: string): boolean {
   return isAlive(runner) && (!HAS_PROC || commandLineOf(runner.pid).includes(runDir));
 }
+
+/**
+ * The process a runner works for when it is not the state home's servers: a distributed worker
+ * (SUBAGENTS_SUPERVISOR=pid:startTime, docs/scale-out.md, "Failures"). When it dies nothing would report the run, so a
+ * runner stops its agents as for a cancel and ends; an idle warm runner of its pool retires.
+ */
+export function supervisorOf(env: NodeJS.ProcessEnv): ProcessIdentity | null {
+  const m = /^(\d+):(\S+)$/.exec(env.SUBAGENTS_SUPERVISOR ?? '');
+  return m ? { pid: Number(m[1]), startTime: m[2]! } : null;
+}

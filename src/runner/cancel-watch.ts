@@ -1,17 +1,9 @@
 import { readCancelRequest, type CancelReason } from '../lifecycle/cancel-request.js';
 import type { RunStore } from '../store/ports.js';
 import { DirWatch } from '../wait.js';
-import { isAlive, type ProcessIdentity } from '../process/identity.js';
+import { isAlive, supervisorOf } from '../process/identity.js';
 
-/**
- * The process this runner's run belongs to when it is not the runner's own: a distributed worker
- * (SUBAGENTS_SUPERVISOR=pid:startTime, docs/scale-out.md, "Failures"). When it dies, nothing would report the run, so the
- * runner stops its agents as for a cancel and ends.
- */
-export function supervisorOf(env: NodeJS.ProcessEnv): ProcessIdentity | null {
-  const m = /^(\d+):(\S+)$/.exec(env.SUBAGENTS_SUPERVISOR ?? '');
-  return m ? { pid: Number(m[1]), startTime: m[2]! } : null;
-}
+export { supervisorOf };
 
 export interface CancelWatch {
   store: RunStore;

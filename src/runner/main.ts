@@ -8,7 +8,7 @@ import { writeFileAtomic } from '../store/atomic-write.js';
 import { readJsonFile } from '../store/json-file.js';
 import { WarmPoolFiles } from '../store/warm-pool.js';
 import { RunPaths } from '../store/layout.js';
-import { isAlive, selfIdentity, type ProcessIdentity } from '../process/identity.js';
+import { isAlive, selfIdentity, supervisorOf, type ProcessIdentity } from '../process/identity.js';
 import { waitUntil } from '../wait.js';
 import { claimStartQuickly } from './claim-start.js';
 import { adoptRun, awaitWarmClaim, leaveRun } from './warm-idle.js';
@@ -66,7 +66,7 @@ async function serveFromPool(warmDir: string): Promise<number> {
   let back = false;
   for (let served = 0; ; ) {
     const got = await awaitWarmClaim({
-      warmDir, me, build, bootLog, idleMs, claimWaitMs,
+      warmDir, me, build, bootLog, idleMs, claimWaitMs, owner: supervisorOf(bootEnv),
       serving: (claim) => served + 1 < (claim.pool?.maxRuns ?? 1),
       onAnnounced: (key) => { if (back) files.endServing(key); },
     });

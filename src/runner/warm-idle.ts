@@ -1,6 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
-import type { ProcessIdentity } from '../process/identity.js';
+import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { writeFileAtomic } from '../store/atomic-write.js';
 import { WarmPoolFiles, type WarmClaim } from '../store/warm-pool.js';
 import { waitUntil } from '../wait.js';
@@ -25,6 +25,11 @@ export interface WarmIdleOptions {
   serving?: (claim: WarmClaim) => boolean;
   /** Called right after the announcement (a runner back from a run stops counting as serving then). */
   onAnnounced?: (key: string) => void;
+  /**
+   * The process whose pool this is when it is not the state home's servers': a distributed worker (its home is its
+   * own). When it dies the runner retires at once instead of idling out (docs/scale-out.md, "Failures").
+   */
+  owner?: ProcessIdentity | null;
 }
 
 export async function awaitWarmClaim(o: WarmIdleOptions): Promise<{ claim: WarmClaim; key: string } | null> {
@@ -32,12 +37,13 @@ export async function awaitWarmClaim(o: WarmIdleOptions): Promise<{ claim: WarmC
   const key = files.announce(o.me, o.build, o.bootLog);
   o.onAnnounced?.(key);
   const watch = { dirs: [o.warmDir], filter: (n: string) => files.isOwnName(key, n), pollMs: 1000 };
-  const seen = await waitUntil<'taken'>({
+  const owner = o.owner ?? null;
+  const seen = await waitUntil<'taken' | 'orphaned'>({
     ...watch, timeoutMs: o.idleMs,
-    check: () => (files.isIdle(key) ? null : 'taken'),
+    check: () => (!files.isIdle(key) ? 'taken' : owner && !isAlive(owner) ? 'orphaned' : null),
   });
-  // Idle time up: retiring and being taken are the same rename, so exactly one of them happens.
-  if (seen === null && files.retire(key)) return null;
+  // Idle time up (or its worker gone): retiring and being taken are the same rename, so exactly one of them happens.
+  if (seen !== 'taken' && files.retire(key)) return null;
   const claim = await waitUntil<WarmClaim>({ ...watch, timeoutMs: o.claimWaitMs, check: () => files.consumeClaim(key, o.serving) });
   if (!claim) files.forget(key);
   return claim ? { claim, key } : null;

@@ -9,15 +9,18 @@ import type { ManagerContext } from '../manager/context.js';
 import { deleteBranches, removeEndedRunsWorktrees, removeStaleWorktrees, runBranches } from '../manager/isolation.js';
 import { freshStatus } from '../manager/run-status.js';
 import { Sweeper } from '../manager/sweep.js';
-import { isAlive } from '../process/identity.js';
+import { servesRun } from '../process/identity.js';
 import { isTerminalRun } from '../store/run-types.js';
 import { hasWorktrees } from '../store/worktree-paths.js';
 
-/** Whether nothing of the local run runs any more (its runner, were it alive, removes its worktrees itself). */
+/**
+ * Whether nothing of the local run runs any more (its runner, were it still serving it, removes its worktrees itself;
+ * a warm runner back in the pool after the run serves it no more: docs/architecture.md, "Warm runners").
+ */
 async function ended(local: ManagerContext, runId: string): Promise<boolean> {
   try {
     const s = await freshStatus(local, runId);
-    return isTerminalRun(s.state) && !isAlive(s.runner);
+    return isTerminalRun(s.state) && !(s.runner && servesRun(s.runner, local.store.paths(runId).dir));
   } catch {
     return false;
   }

@@ -29,7 +29,7 @@ export function localContext(settings: Settings, home: string, roots: string[], 
   const local: Settings = {
     ...settings, home, redisUrl: null, explicitRoots: roots,
     // Redis counts the pool's active runs and agents; this machine is bounded by the worker's concurrency.
-    maxActiveRuns: 0, warmRunners: 0,
+    maxActiveRuns: 0,
   };
   openHome(local);
   // The runner stops its agents when this worker dies (src/runner/cancel-watch.ts); the Redis URL never reaches it.

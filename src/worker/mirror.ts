@@ -73,6 +73,17 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
   const sent = new Map<string, number>();
   let last = '';
   const fields = { worker: t.worker.id, host: t.worker.host, localRunId: t.localRunId };
+  /** Sends what `file` gained since the last call, up to the cap, as the output `key` in Redis. */
+  const copy = async (key: string, file: string) => {
+    let offset = sent.get(key) ?? 0;
+    while (offset < t.capBytes) {
+      const chunk = readFrom(file, offset);
+      if (chunk.length === 0) break;
+      await t.runs.appendOutput(t.runId, key, chunk, t.capBytes);
+      offset += chunk.length;
+      sent.set(key, offset);
+    }
+  };
   const patches = new Set<string>();
   const copyOutputs = async (s: RunStatus) => {
     for (const st of leaves(s.steps)) {
@@ -81,16 +92,7 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
         await t.runs.putOutput(t.runId, `${st.key}.patch`, readFrom(paths.patch(st.key), 0, t.capBytes));
         patches.add(st.key);
       }
-      let offset = sent.get(st.key) ?? 0;
-      if (offset >= t.capBytes) continue;
-      for (;;) {
-        const chunk = readFrom(paths.output(st.key), offset);
-        if (chunk.length === 0) break;
-        await t.runs.appendOutput(t.runId, st.key, chunk, t.capBytes);
-        offset += chunk.length;
-        sent.set(st.key, offset);
-        if (offset >= t.capBytes) break;
-      }
+      await copy(st.key, paths.output(st.key));
     }
   };
   const settled = new Set<string>();
@@ -156,7 +158,7 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
           for (const st of leaves(local.steps)) {
             if (st.state === 'failed') await t.runs.appendOutput(t.runId, `${st.key}.err`, tail(paths.stderr(st.key), 512), 512);
           }
-          await t.runs.appendOutput(t.runId, 'run', readFrom(paths.runOutput, 0), t.capBytes);
+          await copy('run', paths.runOutput);
           // A run that started and ended while Redis was away never had a running status mirrored: its worker is
           // recorded here, so the record always says who ran it (docs/scale-out.md, "What lives in Redis").
           await t.runs.recordHolder(t.runId, fields);

@@ -16,6 +16,7 @@ import { isRunId } from '../ids.js';
 import { cancelRun } from '../manager/cancel.js';
 import { launch, type ChainEntryInput, type LaunchInput } from '../manager/launch.js';
 import { appendStep } from '../manager/append.js';
+import { startWarmPool } from '../manager/warm-pool.js';
 import { connect } from '../store/redis/connection.js';
 import type { LaunchJob } from '../store/redis/job.js';
 import { channels, queueName } from '../store/redis/keys.js';
@@ -57,6 +58,8 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
   const home = workerHome(o.home);
   const roots = o.roots.map((r) => path.resolve(r));
   const local = localContext(settings, home, roots, log);
+  // Pre-booted runners take each job's run as they do a local server's launch (docs/architecture.md, "Warm runners").
+  const stopWarmPool = startWarmPool(local);
   const capBytes = settings.sources.maxOutputBytes === 'default' ? DEFAULT_REDIS_OUTPUT_BYTES : settings.maxOutputBytes;
   const runs = new RedisRuns(connect(url, { name: 'subagents-worker' }));
   // Removes the jobs of nested runs no worker has taken yet when their parent ends (../manager/distributed/tree.ts).
@@ -82,7 +85,10 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
     if (!h.local) reply = { ok: false, code: 'BUSY', message: `run ${req.runId} is still starting on worker ${host}; retry in a moment.` };
     else {
       try {
-        reply = { ok: true, result: await appendStep(local, h.local, req.entry) };
+        const result = await appendStep(local, h.local, req.entry);
+        reply = { ok: true, result };
+        // Status shows it pending until its step starts, and its agent starts in the tree's fan-out.
+        await runs.recordAppend(req.runId, 'parallel' in req.entry ? req.entry.parallel.length : 1).catch(() => {});
       } catch (e) {
         reply = isSubagentError(e) ? { ok: false, code: e.code, message: e.message.split(h.local).join(req.runId) } : { ok: false, code: 'INTERNAL', message: 'the worker could not record the append' };
       }
@@ -136,8 +142,8 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
       let started;
       try {
         // The run's runner hands this Redis to its agents' nested servers through their steps' 0600 budget files
-        // (docs/scale-out.md, "Nested delegation"); it is in no environment.
-        started = await launch(local, input, { signal: new AbortController().signal, runId: job.runId, distributedLink: { url, pool: settings.pool, runId: job.runId } });
+        // (docs/scale-out.md, "Nested delegation"); it is in no environment. The tree's budgets are its server's.
+        started = await launch(local, input, { signal: new AbortController().signal, runId: job.runId, distributedLink: { url, pool: settings.pool, runId: job.runId }, ...(job.treeLimits ? { treeLimits: job.treeLimits } : {}) });
       } catch (e) {
         const why = isSubagentError(e) ? e.text : 'the local launch failed';
         await fail(job.runId, `on worker ${host} (${id}): ${why.slice(0, 400)}`);
@@ -229,6 +235,7 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
         log(`the queue's connections did not close within ${CLOSE_MS} ms; leaving them`);
       }
       clearInterval(beating);
+      stopWarmPool();
       await runs.forgetWorker(id).catch(() => {});
       sub.disconnect();
       jobsConnection.disconnect();

@@ -4,6 +4,7 @@
  * and asserts the same answers (docs/scale-out.md: "What a run is does not change").
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { CallToolResultSchema, CreateTaskResultSchema, LoggingMessageNotificationSchema, McpError, ResourceUpdatedNotificationSchema } from '@modelcontextprotocol/sdk/types.js';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -25,6 +26,16 @@ function writeAgents(home: string, gate: string): void {
   writeAgent(dir, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
   writeAgent(dir, 'fails', { backend: 'command', command: ['node', FAKE, 'exit', '3'] });
   writeAgent(dir, 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
+  writeAgent(dir, 'peers3', { backend: 'command', command: ['node', FAKE, 'peers', `${gate}-peers3`] });
+  writeAgent(dir, 'peers4', { backend: 'command', command: ['node', FAKE, 'peers', `${gate}-peers4`] });
+  writeAgent(dir, 'flood20k', { backend: 'command', command: ['node', FAKE, 'flood', '20000'] });
+  writeAgent(dir, 'nap', { backend: 'command', command: ['node', FAKE, 'sleep', '2500'] });
+  writeAgent(dir, 'held4', { backend: 'command', command: ['node', FAKE, 'gate', `${gate}-held4`] });
+  writeAgent(dir, 'held5', { backend: 'command', command: ['node', FAKE, 'gate', `${gate}-held5`] });
+  writeAgent(dir, 'flood', { backend: 'command', command: ['node', FAKE, 'flood', '4500000'] });
+  writeAgent(dir, 'held', { backend: 'command', command: ['node', FAKE, 'gate', `${gate}-held`] });
+  writeAgent(dir, 'held2', { backend: 'command', command: ['node', FAKE, 'gate', `${gate}-held2`] });
+  writeAgent(dir, 'held3', { backend: 'command', command: ['node', FAKE, 'gate', `${gate}-held3`] });
   writeAgent(dir, 'delegate', { backend: 'command', command: ['node', path.join(FIXTURE_AGENTS, 'delegating-agent.mjs'), 'delegate'] });
 }
 
@@ -418,4 +429,435 @@ describe.skipIf(skipped).each(['local', 'redis'] as const)('the contract in %s m
     const created = v.runs.map((x: { createdAt: string }) => x.createdAt);
     expect([...created].sort().reverse()).toEqual(created);
   });
+  /** The run's step states, a group's as its members' states. */
+  const shape = (fin: { steps: Array<{ state: string; members?: Array<{ state: string }> }> }) =>
+    fin.steps.map((x) => (x.members ? { group: x.state, members: x.members.map((m) => m.state) } : x.state));
+  /** Waits until the run's first step (or first group member) is running with its agent's pid. */
+  const untilRunning = async (runId: string) => {
+    for (let i = 0; i < 60; i++) {
+      const v = sc(await s().call('status', { runId, waitMs: 2000 }));
+      const first = v.steps[0].members ? v.steps[0].members[0] : v.steps[0];
+      if (v.state === 'running' && first.state === 'running' && first.pid) return v;
+    }
+    throw new Error(`run ${runId} never started`);
+  };
+  const release = (name: string) => fs.writeFileSync(path.join(t.base, `gate-${mode}-${name}`), '');
+
+  it('appends run after the queued steps in acceptance order, each with {previous}; stepIndex and pendingAppends follow', async () => {
+    const runId = sc(await s().call('launch', { chain: [{ agent: 'held', task: 'a' }, { agent: 'echo', task: 'b<{previous}' }] })).runId as string;
+    await untilRunning(runId);
+    const one = await s().call('append', { runId, step: { agent: 'echo', task: 'c<{previous}' } });
+    expect(one.isError, textOf(one)).toBeFalsy();
+    expect(sc(one)).toMatchObject({ runId, stepIndex: 2, pendingAppends: 1 });
+    const two = await s().call('append', { runId, step: { agent: 'echo', task: 'd<{previous}' } });
+    expect(sc(two)).toMatchObject({ runId, stepIndex: 3, pendingAppends: 2 });
+    expect(sc(await s().call('status', { runId })).pendingAppends).toBe(2);
+    sameInBothModes('append answer', textOf(two).replaceAll(runId, '<runId>').replaceAll(sc(two).sessionId ?? '', '<sessionId>'));
+    release('held');
+    const fin = await waitTerminal(s(), runId, 60_000);
+    expect(fin.state).toBe('completed');
+    expect(fin.output.text).toBe('d<c<b<a');
+    expect(shape(fin)).toEqual(['completed', 'completed', 'completed', 'completed']);
+  }, 90_000);
+
+  it('accepted appends of a run that is then cancelled show as skipped', async () => {
+    const runId = sc(await s().call('launch', { chain: [{ agent: 'sleeper', task: 'x' }] })).runId as string;
+    await untilRunning(runId);
+    const a = await s().call('append', { runId, step: { agent: 'echo', task: 'never' } });
+    expect(a.isError, textOf(a)).toBeFalsy();
+    await s().call('cancel', { runId });
+    const fin = await waitTerminal(s(), runId, 30_000);
+    expect(fin.state).toBe('cancelled');
+    expect(shape(fin)).toEqual(['cancelled', 'skipped']);
+  }, 90_000);
+
+  it('accepted appends of a chain whose step fails are skipped; the run fails STEP_FAILED with the failed step\'s output', async () => {
+    const runId = sc(await s().call('launch', { chain: [{ agent: 'held2', task: 'a' }, { agent: 'fails', task: 'x' }, { agent: 'echo', task: 'never' }] })).runId as string;
+    await untilRunning(runId);
+    expect((await s().call('append', { runId, step: { agent: 'echo', task: 'never either' } })).isError).toBeFalsy();
+    release('held2');
+    const fin = await waitTerminal(s(), runId, 60_000);
+    expect(fin.state).toBe('failed');
+    expect(fin.error.code).toBe('STEP_FAILED');
+    expect(shape(fin)).toEqual(['completed', 'failed', 'skipped', 'skipped']);
+    sameInBothModes('failed chain output', fin.output.text);
+    sameInBothModes('failed chain error', fin.error.message.replaceAll(runId, '<runId>'));
+  }, 90_000);
+
+  it('failFast in a chain\'s group: the group fails at once, its running member is cancelled, the chain stops', async () => {
+    const r = await s().call('launch', { chain: [{ parallel: [{ agent: 'sleeper', task: 'x' }, { agent: 'fails', task: 'y' }], failFast: true }, { agent: 'echo', task: 'never' }] });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    const fin = await waitTerminal(s(), sc(r).runId, 60_000);
+    expect(fin.state).toBe('failed');
+    expect(shape(fin)).toEqual([{ group: 'failed', members: ['cancelled', 'failed'] }, 'skipped']);
+    sameInBothModes('failFast error code', fin.error.code);
+  }, 90_000);
+
+  it('cancel mid-group: running members cancelled, unstarted skipped, later steps skipped', async () => {
+    const r = await s().call('launch', { chain: [{ parallel: [{ agent: 'sleeper', task: '1' }, { agent: 'sleeper', task: '2' }, { agent: 'sleeper', task: '3' }], concurrency: 2 }, { agent: 'echo', task: 'never' }] });
+    const runId = sc(r).runId as string;
+    for (let i = 0; i < 60; i++) {
+      const v = sc(await s().call('status', { runId, waitMs: 2000 }));
+      if (v.steps[0].members.filter((m: { state: string; pid?: number }) => m.state === 'running' && m.pid).length === 2) break;
+    }
+    await s().call('cancel', { runId });
+    const fin = await waitTerminal(s(), runId, 30_000);
+    expect(fin.state).toBe('cancelled');
+    expect(shape(fin)).toEqual([{ group: 'cancelled', members: ['cancelled', 'cancelled', 'skipped'] }, 'skipped']);
+  }, 90_000);
+
+  it('a parallel run: without failFast every member runs and the run fails if one failed; a parallel-only chain answers the joined text', async () => {
+    const r = await s().call('launch', { tasks: [{ agent: 'echo', task: 'p1' }, { agent: 'fails', task: 'x' }, { agent: 'echo', task: 'p3' }] });
+    const fin = await waitTerminal(s(), sc(r).runId, 60_000);
+    expect(fin.state).toBe('failed');
+    expect(fin.steps.map((x: { state: string }) => x.state)).toEqual(['completed', 'failed', 'completed']);
+    sameInBothModes('parallel failed', { code: fin.error.code, outputs: fin.steps.map((x: { output: { text: string } }) => x.output.text) });
+    const c = await s().call('launch', { chain: [{ parallel: [{ agent: 'echo', task: 'g1' }, { agent: 'echo', task: 'g2' }] }] });
+    const done = await waitTerminal(s(), sc(c).runId, 60_000);
+    expect(done.state).toBe('completed');
+    sameInBothModes('parallel-only chain output', done.output.text);
+  }, 90_000);
+
+  it('whole-run limits: a chain over its timeoutMs cancels its running step and skips the rest; a parallel run skips its unstarted members', async () => {
+    const chain = await s().call('launch', { chain: [{ agent: 'sleeper', task: 'x' }, { agent: 'echo', task: 'never' }], timeoutMs: 1500 });
+    const fin = await waitTerminal(s(), sc(chain).runId, 60_000);
+    expect(fin.state).toBe('failed');
+    expect(fin.error.code).toBe('TIMEOUT');
+    sameInBothModes('chain over its limit', shape(fin));
+    const par = await s().call('launch', { tasks: [{ agent: 'sleeper', task: '1' }, { agent: 'sleeper', task: '2' }, { agent: 'sleeper', task: '3' }], concurrency: 2, timeoutMs: 1500 });
+    const pfin = await waitTerminal(s(), sc(par).runId, 60_000);
+    expect(pfin.state).toBe('failed');
+    expect(pfin.error.code).toBe('TIMEOUT');
+    expect(pfin.steps.map((x: { state: string }) => x.state).sort()).toEqual(['cancelled', 'cancelled', 'skipped']);
+  }, 90_000);
+
+  it('tasks: over 1 MiB refused INVALID_INPUT with the same text; one starting with -- reaches the agent verbatim', async () => {
+    sameInBothModes('task over 1 MiB', await refused('launch', { agent: 'echo', task: 'x'.repeat(2 * 1024 * 1024) }, 'INVALID_INPUT'));
+    const r = await s().call('launch', { agent: 'echo', task: '--help --version -rf' });
+    const fin = await waitTerminal(s(), sc(r).runId, 60_000);
+    expect(fin.output.text).toBe('--help --version -rf');
+  }, 90_000);
+
+  it('a queued run past its queueTimeoutMs ends failed/QUEUE_TIMEOUT; dismiss { cancel } of a queued run cancels it', async () => {
+    const env: Record<string, string> = { SUBAGENTS_HOME: homes[mode], SUBAGENTS_ROOTS: t.root, SUBAGENTS_MAX_ACTIVE_RUNS: '1', SUBAGENTS_KILL_GRACE_MS: '1000' };
+    if (mode === 'redis') env.SUBAGENTS_REDIS_URL = redis.url;
+    const one = await startServer(env);
+    extra.push(one);
+    const holder = sc(await one.call('launch', { agent: 'sleeper', task: 'holds the slot' })).runId as string;
+    const late = await one.call('launch', { agent: 'echo', task: 'waits too long', queueTimeoutMs: 1000 });
+    expect(sc(late).state).toBe('queued');
+    const fin = await waitTerminal(one, sc(late).runId, 60_000);
+    expect(fin.state).toBe('failed');
+    expect(fin.error.code).toBe('QUEUE_TIMEOUT');
+    const queued = sc(await one.call('launch', { agent: 'echo', task: 'dismissed while queued' })).runId as string;
+    const d = await one.call('dismiss', { runId: queued, cancel: true });
+    expect(d.isError, textOf(d)).toBeFalsy();
+    expect(sc(d)).toMatchObject({ runId: queued, state: 'cancelled', dismissed: true, cancelled: true });
+    await one.call('cancel', { runId: holder });
+    await waitTerminal(one, holder, 30_000);
+  }, 90_000);
+
+  it('another session sees none of this session\'s runs: every tool answers as for a run that does not exist', async () => {
+    const runId = sc(await s().call('launch', { agent: 'echo', task: 'mine only' })).runId as string;
+    await waitTerminal(s(), runId, 60_000);
+    const env: Record<string, string> = { SUBAGENTS_HOME: homes[mode], SUBAGENTS_ROOTS: t.root };
+    if (mode === 'redis') env.SUBAGENTS_REDIS_URL = redis.url;
+    const other = await startServer(env);
+    extra.push(other);
+    const ghost = 'r-doesnotexist000000000000';
+    const calls: Array<[string, (id: string) => Record<string, unknown>]> = [
+      ['status', (id) => ({ runId: id })], ['cancel', (id) => ({ runId: id })], ['dismiss', (id) => ({ runId: id })],
+      ['append', (id) => ({ runId: id, step: { agent: 'echo', task: 'x' } })],
+    ];
+    for (const [tool, args] of calls) {
+      const theirs = await other.call(tool, args(runId));
+      const none = await other.call(tool, args(ghost));
+      expect(theirs.isError, tool).toBe(true);
+      expect(textOf(theirs).replaceAll(runId, '<id>'), tool).toBe(textOf(none).replaceAll(ghost, '<id>'));
+    }
+    await expect(other.client.readResource({ uri: `subagents://runs/${runId}` })).rejects.toThrow(/RUN_NOT_FOUND|not found/i);
+    expect((await other.client.listResources()).resources.map((x) => x.uri)).not.toContain(`subagents://runs/${runId}`);
+    expect(sc(await s().call('status', { runId })).state).toBe('completed');
+  }, 90_000);
+
+  it('MCP Tasks: create → get → list → cancel → result, a failed run is a failed task, another session sees none', async () => {
+    const env: Record<string, string> = { SUBAGENTS_HOME: homes[mode], SUBAGENTS_ROOTS: t.root, SUBAGENTS_KILL_GRACE_MS: '1000' };
+    if (mode === 'redis') env.SUBAGENTS_REDIS_URL = redis.url;
+    const ts = await startServer(env, { capabilities: { tasks: { list: {}, cancel: {} } } });
+    extra.push(ts);
+    await ts.client.listTools();
+    const tasks = ts.client.experimental.tasks;
+    const createTask = (args: Record<string, unknown>) =>
+      ts.client.request({ method: 'tools/call', params: { name: 'launch', arguments: args, task: { ttl: 60_000 } } }, CreateTaskResultSchema);
+    const created = await createTask({ agent: 'sleeper', task: 'wait for a cancel' });
+    const taskId = created.task.taskId;
+    expect(created.task).toMatchObject({ status: 'working', ttl: null });
+    expect(await tasks.getTask(taskId)).toMatchObject({ taskId, status: 'working' });
+    expect((await tasks.listTasks()).tasks.map((x) => x.taskId)).toContain(taskId);
+    const cancelled = await tasks.cancelTask(taskId);
+    expect(cancelled).toMatchObject({ taskId, status: 'cancelled' });
+    expect(cancelled.statusMessage).toMatch(/^CANCELLED: /);
+    const r = await tasks.getTaskResult(taskId, CallToolResultSchema);
+    expect(sc(r as never)).toMatchObject({ runId: taskId, state: 'cancelled', error: { code: 'CANCELLED' } });
+    await expect(tasks.cancelTask(taskId)).rejects.toThrow(/terminal/);
+
+    const failed = await createTask({ agent: 'fails', task: 'x' });
+    const fr = await tasks.getTaskResult(failed.task.taskId, CallToolResultSchema);
+    expect(sc(fr as never)).toMatchObject({ state: 'failed', error: { code: 'STEP_FAILED' } });
+    const ft = await tasks.getTask(failed.task.taskId);
+    expect(ft.status).toBe('failed');
+    expect(ft.statusMessage).toMatch(/^STEP_FAILED: /);
+
+    const other = await startServer(env, { capabilities: { tasks: { list: {}, cancel: {} } } });
+    extra.push(other);
+    const theirs = other.client.experimental.tasks;
+    await expect(theirs.getTask(taskId)).rejects.toThrow(/Task not found: RUN_NOT_FOUND/);
+    await expect(theirs.cancelTask(failed.task.taskId)).rejects.toThrow(/Task not found/);
+    expect((await theirs.listTasks()).tasks).toEqual([]);
+    const other2 = await other.client.request({ method: 'tools/call', params: { name: 'status', arguments: {}, task: {} } }, CreateTaskResultSchema).catch((e: unknown) => e);
+    expect(other2).toBeInstanceOf(McpError);
+    expect((other2 as McpError).message).toMatch(/Only launch runs as a task/);
+  }, 90_000);
+  it('resources: output over 4 MiB paged along _meta.next, offsets and lengths, multi-byte text never split, events as JSON lines', async () => {
+    const text = (r: { contents: unknown[] }) => (r.contents[0] as { text: string }).text;
+    const meta = (r: { contents: unknown[] }) => (r.contents[0] as { _meta: { offset: number; bytes: number; next?: string } })._meta;
+    const readAll = async (uri: string) => {
+      const pages: string[] = [];
+      for (let next: string | undefined = uri; next; ) {
+        const r = await s().client.readResource({ uri: next });
+        pages.push(text(r));
+        expect(meta(r).next).not.toBe(next);
+        next = meta(r).next;
+        if (pages.length > 10_000) throw new Error('paging does not advance');
+      }
+      return pages;
+    };
+    const flood = sc(await s().call('launch', { agent: 'flood', task: 'x' })).runId as string;
+    const MULTI = 'aé€😀'.repeat(25) + '\nend';
+    const multi = sc(await s().call('launch', { agent: 'echo', task: MULTI })).runId as string;
+    for (const id of [flood, multi]) expect((await waitTerminal(s(), id, 60_000)).state).toBe('completed');
+    const uri = `subagents://runs/${flood}/output`;
+    const pages = await readAll(uri);
+    expect(pages.map((p) => Buffer.byteLength(p))).toEqual([4 * 1024 * 1024, 4_500_000 - 4 * 1024 * 1024]);
+    const step = await readAll(`subagents://runs/${flood}/steps/0/output?offset=4000000`);
+    expect(step.join('')).toBe(pages.join('').slice(4_000_000));
+    const head = await s().client.readResource({ uri: `${uri}?length=100` });
+    expect(meta(head)).toMatchObject({ offset: 0, bytes: 4_500_000, next: `${uri}?offset=100&length=100` });
+    const past = await s().client.readResource({ uri: `${uri}?offset=9999999` });
+    expect(text(past)).toBe('');
+    expect(meta(past).next).toBeUndefined();
+    for (const length of [1, 3, 7, 1000]) {
+      const parts = await readAll(`subagents://runs/${multi}/output?length=${length}`);
+      expect(parts.join('')).toBe(MULTI);
+      expect(parts.some((p) => p.includes('\uFFFD'))).toBe(false);
+    }
+    const inside = await s().client.readResource({ uri: `subagents://runs/${multi}/output?offset=2&length=6` });
+    sameInBothModes('offset inside a character', { offset: meta(inside).offset, text: text(inside) });
+    const events = text(await s().client.readResource({ uri: `subagents://runs/${multi}/events` }));
+    const lines = events.split('\n');
+    expect(lines.length).toBeGreaterThan(1);
+    for (const line of lines) expect(typeof JSON.parse(line).type).toBe('string');
+    const evPages = await readAll(`subagents://runs/${multi}/events?length=${Math.ceil(Buffer.byteLength(events) / 2)}`);
+    expect(evPages.join('\n')).toBe(events);
+    const status = JSON.parse(text(await s().client.readResource({ uri: `subagents://runs/${multi}` })));
+    expect(status).toMatchObject({ runId: multi, state: 'completed', output: { text: MULTI } });
+  }, 120_000);
+  it('a parallel run never runs more members than its concurrency and does run that many at once (3, and 4 by default)', async () => {
+    const maxSeen = (dir: string) => fs.readdirSync(dir).filter((n) => n.endsWith('.max')).map((n) => Number(fs.readFileSync(path.join(dir, n), 'utf8')));
+    for (const [agent, width, concurrency] of [['peers3', 3, 3], ['peers4', 4, undefined]] as const) {
+      const tasks = Array.from({ length: width + 2 }, (_, j) => ({ agent, task: JSON.stringify(j < width ? { target: width } : { target: 1, lingerMs: 100 }) }));
+      const l = await s().call('launch', { tasks, ...(concurrency ? { concurrency } : {}) });
+      expect(l.isError, textOf(l)).toBeFalsy();
+      expect(sc(l).fanout).toEqual({ used: width + 2, limit: 64, remaining: 62 - width });
+      const fin = await waitTerminal(s(), sc(l).runId, 60_000);
+      expect(fin.state).toBe('completed');
+      const seen = maxSeen(path.join(t.base, `gate-${mode}-${agent}`));
+      expect(seen).toHaveLength(width + 2);
+      expect(Math.max(...seen)).toBe(width);
+    }
+  }, 90_000);
+
+  it('outputBytes bounds inline output per member and for the run, with the real byte counts', async () => {
+    const l = await s().call('launch', { tasks: [{ agent: 'flood20k', task: 'x' }, { agent: 'echo', task: 'small' }] });
+    await waitTerminal(s(), sc(l).runId, 60_000);
+    const v = sc(await s().call('status', { runId: sc(l).runId, outputBytes: 1024 }));
+    expect(v.state).toBe('completed');
+    const [big, small] = v.steps;
+    expect(big.output.bytes).toBe(20000);
+    expect(big.output.truncated).toBe(true);
+    expect(Buffer.byteLength(big.output.text)).toBeLessThan(1024);
+    expect(small.output).toEqual({ text: 'small', bytes: 5, truncated: false });
+    expect(v.output.truncated).toBe(true);
+    expect(v.output.bytes).toBeGreaterThan(20000);
+    expect(Buffer.byteLength(v.output.text)).toBeLessThan(1024);
+    sameInBothModes('outputBytes', { big: big.output, run: { ...v.output, uri: undefined } });
+  }, 90_000);
+
+  it('the tree\'s fan-out budget is claimed at acceptance, all or nothing: FANOUT_EXHAUSTED for a launch or an append that does not fit', async () => {
+    const env: Record<string, string> = { SUBAGENTS_HOME: homes[mode], SUBAGENTS_ROOTS: t.root, SUBAGENTS_MAX_SPAWNS_PER_RUN: '4' };
+    if (mode === 'redis') env.SUBAGENTS_REDIS_URL = redis.url;
+    const s4 = await startServer(env);
+    extra.push(s4);
+    const step = (task: string) => ({ agent: 'echo', task });
+    const tooBig = await s4.call('launch', { chain: [step('a'), { parallel: [step('b'), step('c'), step('d'), step('e')] }] });
+    expect(textOf(tooBig)).toMatch(/^FANOUT_EXHAUSTED: .*4/);
+    sameInBothModes('fan-out launch', textOf(tooBig));
+    const runId = sc(await s4.call('launch', { chain: [{ agent: 'held3', task: 'held' }] })).runId as string;
+    for (let i = 0; i < 60; i++) {
+      const v = sc(await s4.call('status', { runId, waitMs: 2000 }));
+      if (v.state === 'running' && v.steps[0].pid) break;
+    }
+    const big = await s4.call('append', { runId, step: { parallel: [step('1'), step('2'), step('3'), step('4')] } });
+    expect(textOf(big)).toMatch(/^FANOUT_EXHAUSTED: .*3 of 4 .* needs 4/);
+    sameInBothModes('fan-out append', textOf(big).replaceAll(runId, '<runId>'));
+    const fits = await s4.call('append', { runId, step: { parallel: [step('1'), step('2'), step('3')] } });
+    expect(fits.isError, textOf(fits)).toBeFalsy();
+    expect(sc(fits)).toMatchObject({ stepIndex: 1, pendingAppends: 1, fanout: { used: 4, limit: 4, remaining: 0 } });
+    expect(sc(await s4.call('status', { runId }))).toMatchObject({ pendingAppends: 1, fanout: { used: 4, limit: 4, remaining: 0 } });
+    expect(textOf(await s4.call('append', { runId, step: step('5') }))).toMatch(/^FANOUT_EXHAUSTED: .*0 of 4/);
+    release('held3');
+    const fin = await waitTerminal(s4, runId, 60_000);
+    expect(fin.state).toBe('completed');
+    expect(fin.steps[1].members.map((m: { output: { text: string } }) => m.output.text)).toEqual(['1', '2', '3']);
+  }, 90_000);
+
+  it('a first step that fails at once: the run is launched all the same and fails STEP_FAILED (never HANDSHAKE_FAILED)', async () => {
+    for (const args of [{ agent: 'fails', task: 'x' }, { chain: [{ agent: 'fails', task: 'x' }, { agent: 'echo', task: 'y' }] }, { tasks: [{ agent: 'fails', task: 'x' }] }]) {
+      const l = await s().call('launch', args);
+      expect(l.isError, textOf(l)).toBeFalsy();
+      const fin = await waitTerminal(s(), sc(l).runId, 60_000);
+      expect(fin.state).toBe('failed');
+      expect(fin.error.code).toBe('STEP_FAILED');
+    }
+  }, 90_000);
+
+  it('an unknown agent: refused UNKNOWN_AGENT locally; in distributed mode the run fails naming the worker\'s UNKNOWN_AGENT (docs/scale-out.md, "Differences from local mode")', async () => {
+    if (mode === 'local') {
+      const text = await refused('launch', { agent: 'no-such-agent', task: 'x' }, 'UNKNOWN_AGENT');
+      expect(text).toContain('"no-such-agent"');
+      return;
+    }
+    const l = await s().call('launch', { agent: 'no-such-agent', task: 'x' });
+    expect(l.isError, textOf(l)).toBeFalsy();
+    const fin = await waitTerminal(s(), sc(l).runId, 60_000);
+    expect(fin.state).toBe('failed');
+    expect(fin.error.code).toBe('HANDSHAKE_FAILED');
+    expect(fin.error.message).toMatch(/UNKNOWN_AGENT: no agent named "no-such-agent"/);
+  }, 90_000);
+
+  it('tools/list: the same tools, schemas and annotations in both modes', async () => {
+    const { tools } = await s().client.listTools();
+    expect(tools.map((x) => x.name)).toEqual(expect.arrayContaining(['agents', 'append', 'cancel', 'dismiss', 'launch', 'restore', 'status']));
+    sameInBothModes('tools/list', tools);
+  });
+  it('progress notes only while a status call waits, increasing, and none when a call answers at once', async () => {
+    const arrivals: Array<{ at: number; m: unknown }> = [];
+    const deliver = s().transport.onmessage;
+    s().transport.onmessage = (m, extra) => { arrivals.push({ at: performance.now(), m }); deliver?.(m, extra); };
+    try {
+      const progressOf = (from: number) => arrivals.slice(from).filter((a) => (a.m as { method?: string }).method === 'notifications/progress');
+      // (A launch whose handshake is slow on a loaded machine may note its phase: not asserted here.)
+      const r = await s().call('launch', { agent: 'nap', task: 'take a moment' });
+      const runId = sc(r).runId as string;
+      let mark = arrivals.length;
+      await s().call('status', { runId }, { onprogress: () => {} });
+      expect(progressOf(mark)).toEqual([]);
+      mark = arrivals.length;
+      const w = await s().call('status', { runId, waitMs: 30_000, until: 'terminal' }, { onprogress: () => {} });
+      expect(sc(w).state).toBe('completed');
+      expect(sc(w).changed).toBe(true);
+      const params = progressOf(mark).map((n) => (n.m as { params: { progress: number; message: string } }).params);
+      expect(params.length).toBeGreaterThanOrEqual(1);
+      expect(params[0]!.message).toBe(`waiting on ${runId}`);
+      expect(params.map((p) => p.progress)).toEqual([...params.map((p) => p.progress)].sort((a, b) => a - b));
+      mark = arrivals.length;
+      const again = sc(await s().call('status', { runId, waitMs: 30_000 }, { onprogress: () => {} }));
+      expect(again).toMatchObject({ state: 'completed', changed: false, waitedMs: 0 });
+      expect(progressOf(mark)).toEqual([]);
+    } finally {
+      s().transport.onmessage = deliver;
+    }
+  }, 90_000);
+
+  it('a subscribed run is updated by changes another server makes (an append, a cancel), and its end is logged once at info', async () => {
+    const logs: Array<{ level: string; data: unknown }> = [];
+    const updates: string[] = [];
+    s().client.setNotificationHandler(LoggingMessageNotificationSchema, (n) => { logs.push({ level: n.params.level, data: n.params.data }); });
+    s().client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => { updates.push(n.params.uri); });
+    const until = async (what: string, cond: () => boolean | Promise<boolean>) => {
+      const end = Date.now() + 30_000;
+      while (!(await cond())) {
+        if (Date.now() > end) throw new Error(`${what}: no notification (updates ${JSON.stringify(updates)}, logs ${JSON.stringify(logs)})`);
+        await new Promise((res) => setTimeout(res, 50));
+      }
+    };
+    const runId = sc(await s().call('launch', { chain: [{ agent: 'held4', task: 'one' }] })).runId as string;
+    const sessionId = sc(await s().call('status', { runId })).sessionId as string;
+    const uri = `subagents://runs/${runId}`;
+    await s().client.subscribeResource({ uri });
+    await untilRunning(runId);
+    const env: Record<string, string> = { SUBAGENTS_HOME: homes[mode], SUBAGENTS_ROOTS: t.root, SUBAGENTS_KILL_GRACE_MS: '1000' };
+    if (mode === 'redis') env.SUBAGENTS_REDIS_URL = redis.url;
+    const b = await startServer(env);
+    extra.push(b);
+    expect(sc(await b.call('restore', { lineage: [sessionId] })).adopted).toBeGreaterThanOrEqual(1);
+    const seen = updates.filter((u) => u === uri).length;
+    const ap = await b.call('append', { runId, step: { agent: 'echo', task: 'two after {previous}' } });
+    expect(ap.isError, textOf(ap)).toBeFalsy();
+    await until('append from another server', () => updates.filter((u) => u === uri).length > seen);
+    release('held4');
+    await until('end logged', () => logs.some((m) => String(m.data).includes(`run ${runId} completed`)));
+    expect(logs.find((m) => String(m.data).includes(runId))!.level).toBe('info');
+    const fin = sc(await s().call('status', { runId }));
+    expect(fin.output.text).toBe('two after one');
+    const run2 = sc(await s().call('launch', { agent: 'held5', task: 'cancelled elsewhere' })).runId as string;
+    await s().client.subscribeResource({ uri: `subagents://runs/${run2}` });
+    expect(sc(await b.call('cancel', { runId: run2 })).state).toBe('cancelled');
+    await until('cancel from another server', () => updates.includes(`subagents://runs/${run2}`) && logs.some((m) => String(m.data) === `run ${run2} cancelled`));
+    expect(logs.filter((m) => String(m.data).includes(runId))).toHaveLength(1);
+    await s().client.unsubscribeResource({ uri });
+    await s().client.unsubscribeResource({ uri: `subagents://runs/${run2}` });
+  }, 90_000);
+
+  it('lineage: a session that restores a restoring session sees the first session\'s runs', async () => {
+    const env: Record<string, string> = { SUBAGENTS_HOME: homes[mode], SUBAGENTS_ROOTS: t.root };
+    if (mode === 'redis') env.SUBAGENTS_REDIS_URL = redis.url;
+    const a = await startServer(env);
+    extra.push(a);
+    const runId = sc(await a.call('launch', { agent: 'echo', task: 'from A' })).runId as string;
+    const sa = sc(await a.call('status', {})).sessionId as string;
+    await waitTerminal(a, runId, 60_000);
+    const b = await startServer(env);
+    extra.push(b);
+    const sb = sc(await b.call('status', {})).sessionId as string;
+    expect(sc(await b.call('restore', { lineage: [sa] })).adopted).toBe(1);
+    const c = await startServer(env);
+    extra.push(c);
+    const r = await c.call('restore', { lineage: [sb] });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    expect(sc(r).lineage).toEqual(expect.arrayContaining([sa, sb]));
+    const seen = sc(await c.call('status', { runId }));
+    expect(seen).toMatchObject({ state: 'completed', adopted: true, output: { text: 'from A' } });
+    expect(sc(await c.call('status', {})).runs.map((x: { runId: string }) => x.runId)).toContain(runId);
+  }, 90_000);
+  it('completion offers the session\'s run ids and a run\'s step keys; another session is offered none of them', async () => {
+    const runId = sc(await s().call('launch', { tasks: [{ agent: 'echo', task: 'a' }, { agent: 'echo', task: 'b' }] })).runId as string;
+    await waitTerminal(s(), runId, 60_000);
+    const ref = { type: 'ref/resource' as const, uri: 'subagents://runs/{runId}/output' };
+    const mine = await s().client.complete({ ref, argument: { name: 'runId', value: runId.slice(0, 10) } });
+    expect(mine.completion.values).toContain(runId);
+    expect(mine.completion.values.every((v) => v.startsWith(runId.slice(0, 10)))).toBe(true);
+    const steps = await s().client.complete({
+      ref: { type: 'ref/resource', uri: 'subagents://runs/{runId}/steps/{index}/output' },
+      argument: { name: 'index', value: '' }, context: { arguments: { runId } },
+    });
+    expect(steps.completion.values.length).toBeGreaterThanOrEqual(2);
+    sameInBothModes('completion of step keys', steps.completion.values);
+    const env: Record<string, string> = { SUBAGENTS_HOME: homes[mode], SUBAGENTS_ROOTS: t.root };
+    if (mode === 'redis') env.SUBAGENTS_REDIS_URL = redis.url;
+    const other = await startServer(env);
+    extra.push(other);
+    const theirs = await other.client.complete({ ref, argument: { name: 'runId', value: runId.slice(0, 10) } });
+    expect(theirs.completion.values).not.toContain(runId);
+  }, 90_000);
 });

@@ -137,10 +137,10 @@ suite('capacity is exact across servers (Lua in Redis)', () => {
     }
   }, 60_000);
 
-  it('two real servers launching at once into the last slot: one is accepted, the other refused CAPACITY_EXHAUSTED', async () => {
+  it('two real servers launching at once into the last slot 200 times: each time one is accepted, the other refused CAPACITY_EXHAUSTED', async () => {
     const one = await server({ SUBAGENTS_MAX_ACTIVE_RUNS: '1' });
     const two = await server({ SUBAGENTS_MAX_ACTIVE_RUNS: '1' });
-    for (let i = 0; i < 10; i++) {
+    for (let i = 0; i < 200; i++) {
       // No worker runs yet: the winner holds the slot (starting) until it is cancelled.
       const answers = await Promise.all([one, two].map((s) => s.call('launch', { agent: 'echo', task: String(i), queue: false })));
       const won = answers.filter((r) => !r.isError);
@@ -156,7 +156,7 @@ suite('capacity is exact across servers (Lua in Redis)', () => {
     await two.close();
     servers.splice(servers.indexOf(one), 1);
     servers.splice(servers.indexOf(two), 1);
-  }, 90_000);
+  }, 300_000);
 });
 
 suite('launch → worker → completed through a real MCP server', () => {
@@ -324,7 +324,8 @@ suite('queue, load sharing and faults', () => {
     // The runner saw its worker die, stopped its agent and exited.
     const gone = (pid: number) => { try { return /\) Z /.test(fs.readFileSync(`/proc/${pid}/stat`, 'utf8')); } catch { return true; } };
     await until(() => gone(agentPid), 20_000, 'the dead worker\'s agent gone');
-    await until(() => pidsMentioning(doomed.home).length === 0, 20_000, 'the dead worker\'s runner gone');
+    // Its idle warm runners too: they retire when their worker dies (runner/warm-idle.ts).
+    await until(() => pidsMentioning(doomed.home).length === 0, 20_000, 'the dead worker\'s runners gone');
     // Never run twice: the surviving worker never held it.
     const c = connect(redis.url, { blocking: true });
     try {
@@ -542,8 +543,14 @@ suite('draining, restarts and dead servers', () => {
     for (const w of pair) await stopWorker(w);
   }, 240_000);
 
-  it('Redis restarted with AOF: an acknowledged queued launch is still there and runs when a worker comes', async () => {
+  it('Redis restarted with AOF: an acknowledged queued launch is still there and runs when a worker comes; ended runs keep their status and output', async () => {
     const s = await mainServer();
+    const early = await startWorker('before-restart');
+    const ended = sc(await s.call('launch', { agent: 'echo', task: 'ended before the restart' })).runId as string;
+    const endedBefore = await waitTerminal(s, ended, 60_000);
+    expect(endedBefore.state).toBe('completed');
+    expect((await s.call('dismiss', { runId: ended })).isError).toBeFalsy();
+    await stopWorker(early);
     const runId = sc(await s.call('launch', { agent: 'echo', task: 'survives a restart' })).runId as string;
     await redis.restart();
     let state = '';
@@ -557,6 +564,11 @@ suite('draining, restarts and dead servers', () => {
     const fin = await waitTerminal(s, runId, 60_000);
     expect(fin.state).toBe('completed');
     expect(fin.output.text).toBe('survives a restart');
+    const endedAfter = sc(await s.call('status', { runId: ended }));
+    expect(endedAfter).toMatchObject({ state: 'completed', dismissed: true, output: { text: 'ended before the restart' } });
+    expect(endedAfter.steps).toEqual(endedBefore.steps);
+    const page = await s.client.readResource({ uri: `subagents://runs/${ended}/output` });
+    expect((page.contents[0] as { text: string }).text).toBe('ended before the restart');
     await stopWorker(w);
   }, 120_000);
 

@@ -54,6 +54,11 @@ function shapeOf(entries: ChainEntryInput[]): { claims: number; width: number; a
   return { claims, width, agents };
 }
 
+/** The agent starts of a launch's entries, named as local mode names them (src/manager/launch.ts claimPaths). */
+function claimPathsOf(entries: ChainEntryInput[]): string[] {
+  return entries.flatMap((e, i) => ('parallel' in e ? e.parallel.map((m, j) => `step ${i} member ${j} (${m.agent})`) : [`step ${i} (${e.agent})`]));
+}
+
 /** A nested run's marker in its parent's local run directory (src/store/layout.ts, remoteChildrenDir). */
 function markRemoteChild(ctx: ManagerContext, localParentRunId: string, childRunId: string, stepKey: string): void {
   try {
@@ -125,7 +130,10 @@ export class DistributedExecutor implements DistributedRuns {
       void this.repair().catch(() => 0);
     }
     if (c.outcome === 'FANOUT') {
-      throw new SubagentError('FANOUT_EXHAUSTED', `this launch would start ${claims} agents and the run tree may start ${settings.maxSpawnsPerRun} in all (SUBAGENTS_MAX_SPAWNS_PER_RUN); ${c.used} are claimed. Launch fewer agents.`);
+      // Local mode's words (src/manager/capacity.ts): which agent start is the first that does not fit.
+      const remaining = settings.maxSpawnsPerRun - c.used;
+      const first = claimPathsOf(entries)[Math.max(0, remaining)] ?? `step ${remaining}`;
+      throw new SubagentError('FANOUT_EXHAUSTED', `the run tree's fan-out budget has ${remaining} of ${settings.maxSpawnsPerRun} agent starts left and this launch needs ${claims}; ${first} does not fit. Use fewer steps, or let the tree finish.`);
     }
     if (c.outcome === 'FULL' || c.outcome === 'QUEUE_FULL') {
       const why = c.outcome === 'FULL'
@@ -137,7 +145,7 @@ export class DistributedExecutor implements DistributedRuns {
     if (ctx.env.SUBAGENTS_TEST_FAULT === 'server-after-accept') process.kill(process.pid, 'SIGKILL');
     const job: LaunchJob = {
       runId, sessionId: ctx.sessionId, input: { ...input, cwd, queue: false }, limit: settings.maxActiveRuns,
-      maxAgents: settings.maxAgents, agentSlots: width,
+      maxAgents: settings.maxAgents, agentSlots: width, treeLimits: record.limits,
     };
     try {
       await this.queue.add(job);
@@ -511,7 +519,15 @@ export class DistributedExecutor implements DistributedRuns {
     if (isTerminalRun(run.status.state)) return answer(run);
     // A job no worker holds is removed from the queue and the run ends here; a held one is the worker's to stop.
     if (run.status.state === 'queued' || run.status.state === 'starting') {
-      const removed = await this.queue.remove(runId);
+      let removed = await this.queue.remove(runId);
+      // A job whose run has no slot yet is offered to a worker and put back every 250 ms (src/worker/worker.ts): it is
+      // locked only for those few milliseconds, so it is tried again; a job a worker keeps is that worker's to stop.
+      for (let i = 0; removed === 'taken' && run.worker === null && i < 10; i++) {
+        await sleep(50);
+        run = (await this.runs.read(runId)) ?? run;
+        if (isTerminalRun(run.status.state)) return answer(run);
+        if (run.worker === null) removed = await this.queue.remove(runId);
+      }
       if (removed !== 'taken') {
         await this.runs.endRun(endedStatus(run.status, 'cancelled', { code: 'CANCELLED', message: 'cancelled before a worker started it' }));
         return answer((await this.runs.read(runId)) ?? run);

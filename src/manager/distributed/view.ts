@@ -90,7 +90,7 @@ export async function renderDistributedRun(runs: RedisRuns, ctx: ManagerContext,
     lastActivityAt: status.updatedAt, error: status.error, steps: stepViews,
     output: { ...runOut, uri: `subagents://runs/${runId}/output` },
     fanout: { used, limit: record.limits.maxSpawns, remaining: Math.max(0, record.limits.maxSpawns - used) },
-    pendingAppends: 0, adopted: record.sessionId !== ctx.sessionId && (record.depth ?? 0) === 0, dismissed: run.dismissed, runnerPid: status.runner?.pid ?? null,
+    pendingAppends: pendingAppends(run), adopted: record.sessionId !== ctx.sessionId && (record.depth ?? 0) === 0, dismissed: run.dismissed, runnerPid: status.runner?.pid ?? null,
   };
   if (status.runnerLogTail) v.runnerLogTail = status.runnerLogTail;
   if (status.state === 'queued') {
@@ -98,4 +98,15 @@ export async function renderDistributedRun(runs: RedisRuns, ctx: ManagerContext,
     if (place) v.queue = place;
   }
   return v;
+}
+
+/**
+ * Accepted appends not yet run, counted as local mode counts them (src/manager/status-view.ts, countPendingAppends):
+ * those the runner has not taken into its steps yet, and taken ones that have not started.
+ */
+function pendingAppends(run: StoredRun): number {
+  const { status } = run;
+  if (isTerminalRun(status.state)) return 0;
+  const untaken = Math.max(0, run.appendsAccepted - status.appendsTaken);
+  return untaken + status.steps.filter((s) => s.appendSeq != null && s.state === 'pending').length;
 }

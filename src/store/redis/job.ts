@@ -8,6 +8,8 @@ export interface LaunchJob {
   limit: number;
   maxAgents: number;
   agentSlots: number;
+  /** The run tree's budgets set by the accepting server (SUBAGENTS_MAX_SPAWNS_PER_RUN, SUBAGENTS_MAX_DEPTH). */
+  treeLimits?: { maxSpawns: number; maxDepth: number };
   /** A nested run (docs/scale-out.md, "Nested delegation"): no active-run slot; its agent slots were taken at acceptance. */
   nested?: boolean;
 }

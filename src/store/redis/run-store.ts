@@ -48,6 +48,8 @@ export interface StoredRun {
   worker: string | null;
   host: string | null;
   dismissed: boolean;
+  /** Appends the holding worker accepted (docs/scale-out.md, "What lives in Redis"). */
+  appendsAccepted: number;
 }
 
 export interface WorkerBeat { id: string; host: string; pid: number; pool: string; concurrency: number; running: number; at: number }
@@ -143,7 +145,19 @@ export class RedisRuns {
   async read(runId: string): Promise<StoredRun | null> {
     const h = await this.call('read the run', () => this.redis.hgetall(keys.run(runId)));
     if (!h.record || !h.status) return null;
-    return { record: JSON.parse(h.record) as DistributedRecord, status: JSON.parse(h.status) as RunStatus, worker: h.worker ?? null, host: h.host ?? null, dismissed: h.dismissed !== undefined };
+    return { record: JSON.parse(h.record) as DistributedRecord, status: JSON.parse(h.status) as RunStatus, worker: h.worker ?? null, host: h.host ?? null, dismissed: h.dismissed !== undefined, appendsAccepted: Number(h.appendsAccepted ?? 0) };
+  }
+
+  /**
+   * Counts an append the holding worker accepted and the agent starts it claimed in the tree's fan-out (with the nested
+   * runs' claims), and wakes the run's watchers (its pending appends and fan-out changed).
+   */
+  async recordAppend(runId: string, claims: number): Promise<void> {
+    await this.call('record the append', () => this.redis.multi()
+      .hincrby(keys.run(runId), 'appendsAccepted', 1)
+      .incrby(keys.fanout(runId), claims)
+      .publish(channels.run(runId), 'append')
+      .exec());
   }
 
   async readState(runId: string): Promise<string | null> {
@@ -216,8 +230,9 @@ export class RedisRuns {
   }
 
   /** Whether a session has ever had a run (restore's "known" test). */
+  /** A session with runs of its own, or one that restored others (it is then an ancestor to restore in turn). */
   async sessionKnown(sessionId: string): Promise<boolean> {
-    return (await this.call('read the session', () => this.redis.exists(keys.sessionRuns(sessionId)))) === 1;
+    return (await this.call('read the session', () => this.redis.exists(keys.sessionRuns(sessionId), keys.sessionAncestors(sessionId)))) > 0;
   }
 
   async addAncestors(sessionId: string, ids: string[]): Promise<void> {
