@@ -149,13 +149,26 @@ export class RedisRuns {
   }
 
   /**
-   * Counts an append the holding worker accepted and the agent starts it claimed in the tree's fan-out (with the nested
-   * runs' claims), and wakes the run's watchers (its pending appends and fan-out changed).
+   * An append's claim on its tree's fan-out (./scripts.ts CLAIM_APPEND): all or nothing, against the same count the
+   * launches and nested runs of the tree claim from. `used` is the tree's count after a claim, before a refusal.
    */
-  async recordAppend(runId: string, claims: number): Promise<void> {
+  async claimAppend(rootRunId: string, claims: number, maxSpawns: number): Promise<{ claimed: boolean; used: number }> {
+    const [ok, used] = await this.call('claim the append\'s fan-out', () => this.redis.saClaimAppend(keys.fanout(rootRunId), claims, maxSpawns));
+    return { claimed: Number(ok) === 1, used: Number(used) };
+  }
+
+  /** Returns an append's claim that was taken but not recorded (./scripts.ts RETURN_FANOUT). */
+  async returnFanout(rootRunId: string, claims: number): Promise<void> {
+    await this.call('return the append\'s fan-out', () => this.redis.saReturnFanout(keys.fanout(rootRunId), claims));
+  }
+
+  /**
+   * Counts an append the holding worker accepted (its fan-out was claimed before, by `claimAppend`), and wakes the
+   * run's watchers (its pending appends and fan-out changed).
+   */
+  async recordAppend(runId: string): Promise<void> {
     await this.call('record the append', () => this.redis.multi()
       .hincrby(keys.run(runId), 'appendsAccepted', 1)
-      .incrby(keys.fanout(runId), claims)
       .publish(channels.run(runId), 'append')
       .exec());
   }

@@ -95,6 +95,29 @@ return { 'ADMITTED', used + claims, total + want }
 `;
 
 /**
+ * An append's claim on its tree's fan-out (docs/scale-out.md, "Capacity across machines"), counted with the launches'
+ * and nested runs' claims: `used + claims <= maxSpawns` and the claim, or nothing.
+ * KEYS: fanout (the root's). ARGV: claims, maxSpawns. Returns { 1, used after } claimed, { 0, used } refused.
+ */
+const CLAIM_APPEND = `
+local claims, maxSpawns = tonumber(ARGV[1]), tonumber(ARGV[2])
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+if used + claims > maxSpawns then return { 0, used } end
+return { 1, redis.call('INCRBY', KEYS[1], claims) }
+`;
+
+/**
+ * Returns claims of agents that will never start (an append that was claimed but not recorded), never below zero.
+ * KEYS: fanout. ARGV: claims. Returns the count after.
+ */
+const RETURN_FANOUT = `
+local left = tonumber(redis.call('GET', KEYS[1]) or '0') - tonumber(ARGV[1])
+if left < 0 then left = 0 end
+redis.call('SET', KEYS[1], left)
+return left
+`;
+
+/**
  * A worker's start of a job: the run must hold an active-run slot (a queued run takes one when there is room and it
  * is the queue's head) and gets its agent slots, both or neither.
  * KEYS: active, queued, agents, agentsTotal, run. ARGV: runId, limit (0: none), agentSlots, maxAgents, nested (1/0:
@@ -202,6 +225,8 @@ return 1
 export interface SubagentScripts {
   saClaimLaunch(...args: Array<string | number>): Promise<[string, number, number, number]>;
   saClaimNested(...args: Array<string | number>): Promise<[string, number, number]>;
+  saClaimAppend(...args: Array<string | number>): Promise<[number, number]>;
+  saReturnFanout(...args: Array<string | number>): Promise<number>;
   saStartRun(...args: Array<string | number>): Promise<number>;
   saPutStatus(...args: Array<string | number>): Promise<number>;
   saEndRun(...args: Array<string | number>): Promise<number>;
@@ -216,6 +241,8 @@ export type ScriptedRedis = Redis & SubagentScripts;
 export function defineScripts(r: Redis): ScriptedRedis {
   r.defineCommand('saClaimLaunch', { numberOfKeys: 9, lua: CLAIM_LAUNCH });
   r.defineCommand('saClaimNested', { numberOfKeys: 9, lua: CLAIM_NESTED });
+  r.defineCommand('saClaimAppend', { numberOfKeys: 1, lua: CLAIM_APPEND });
+  r.defineCommand('saReturnFanout', { numberOfKeys: 1, lua: RETURN_FANOUT });
   r.defineCommand('saStartRun', { numberOfKeys: 5, lua: START_RUN });
   r.defineCommand('saPutStatus', { numberOfKeys: 1, lua: PUT_STATUS });
   r.defineCommand('saEndRun', { numberOfKeys: 7, lua: END_RUN });
