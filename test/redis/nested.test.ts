@@ -95,10 +95,10 @@ function readProc(pid: number, what: 'environ' | 'cmdline'): string {
 }
 
 /** A nested run's record as a nested server writes it (for the claim races, which call the scripts directly). */
-function nestedRecord(runId: string, parent: string, maxSpawns: number, pool = 'race') {
+function nestedRecord(runId: string, parent: string, maxSpawns: number, pool = 'race', claims = 1) {
   return {
     v: 1 as const, runId, sessionId: 's-nested-race', pool, mode: 'single' as const, cwd: '/', label: null,
-    createdAt: new Date().toISOString(), agents: ['echo'], limits: { maxSpawns, maxDepth: 3 }, claims: 1, agentSlots: 1,
+    createdAt: new Date().toISOString(), agents: ['echo'], limits: { maxSpawns, maxDepth: 3 }, claims, agentSlots: 1,
     queueDeadline: Number.MAX_SAFE_INTEGER, depth: 1, rootRunId: parent, parentRunId: parent, parentStepKey: '0', maxAgents: 64,
   };
 }
@@ -466,42 +466,57 @@ suite('nested launches are counted exactly in Redis (Lua), whichever server send
   }, 60_000);
 
   it('an append to a chain on a worker is claimed in Redis with the nested runs\' claims: refused FANOUT_EXHAUSTED over budget, and one winner for the last unit against a nested launch', async () => {
-    // Budget 3: the chain's step claims 1; a nested launch of its tree (the script a nested server runs) claims 1.
-    const s = await server({ SUBAGENTS_MAX_SPAWNS_PER_RUN: '3' });
+    // Budget 40: the chain's step claims 1; a nested launch of its tree (the script a nested server runs) claims 38.
+    const s = await server({ SUBAGENTS_MAX_SPAWNS_PER_RUN: '40' });
     const runId = sc(await s.call('launch', { chain: [{ agent: 'sleeper', task: 'hold' }] })).runId as string;
     await until(async () => { const v = sc(await s.call('status', { runId })); return v.state === 'running' && !!v.steps[0].pid; }, 60_000, 'the chain running on a worker');
     const nested = new RedisRuns(connect(url, { blocking: true }));
     const nestedIds: string[] = [];
-    const claimNested = async (id: string) => {
-      const c = await nested.claimNested(nestedRecord(id, runId, 3, 'default'), startingStatus(id), 's-root', { maxAgents: 1000 });
+    const claimNested = async (id: string, claims = 1) => {
+      const c = await nested.claimNested(nestedRecord(id, runId, 40, 'default', claims), startingStatus(id), 's-root', { maxAgents: 1000 });
       if (c.outcome === 'ADMITTED') nestedIds.push(id);
       return c;
     };
     try {
-      expect((await claimNested('r-appendnest0')).outcome).toBe('ADMITTED');
-      // 2 of 3 used: a parallel append of 2 no longer fits, though the worker's own tree counts only 1.
+      expect((await claimNested('r-appendnest0', 38)).outcome).toBe('ADMITTED');
+      // 39 of 40 used: a parallel append of 2 no longer fits, though the worker's own tree counts only 1.
       const big = await s.call('append', { runId, step: { parallel: [{ agent: 'echo', task: '1' }, { agent: 'echo', task: '2' }] } });
-      expect(textOf(big)).toMatch(/^FANOUT_EXHAUSTED: the run tree's fan-out budget has 1 of 3 agent starts left and this step needs 2; /);
-      expect(Number(await admin.get(keys.fanout(runId)))).toBe(2);
+      expect(textOf(big)).toMatch(/^FANOUT_EXHAUSTED: the run tree's fan-out budget has 1 of 40 agent starts left and this step needs 2; /);
+      expect(Number(await admin.get(keys.fanout(runId)))).toBe(39);
       expect(sc(await s.call('status', { runId })).pendingAppends).toBe(0);
 
-      // The last unit, 30 times: an append and a nested launch at once; exactly one wins, the count never passes 3.
+      // The last unit, 30 times: an append and a nested launch at once; exactly one wins, the count never passes 40
+      // (set back to 39 each time; the worker's own tree, 1 + the appends won, stays under 40 and never decides).
       // The nested claim is sent from 0 to 90 ms after the append (whose round trip through the worker is longer),
       // so either may reach Redis first; which one wins is not asserted, only that one does.
       let appendsWon = 0;
       for (let i = 0; i < 30; i++) {
-        await admin.set(keys.fanout(runId), 2);
+        await admin.set(keys.fanout(runId), 39);
         const [ap, ne] = await Promise.all([
           s.call('append', { runId, step: { agent: 'echo', task: `race ${i}` } }),
           new Promise((r) => setTimeout(r, (i % 10) * 10)).then(() => claimNested(`r-appendnest${i + 1}`)),
         ]);
         const appendWon = !ap.isError;
-        if (!appendWon) expect(textOf(ap)).toMatch(/^FANOUT_EXHAUSTED: the run tree's fan-out budget has 0 of 3 /);
+        if (!appendWon) expect(textOf(ap)).toMatch(/^FANOUT_EXHAUSTED: the run tree's fan-out budget has 0 of 40 /);
         expect([appendWon, ne.outcome === 'ADMITTED'].filter(Boolean), `${textOf(ap)} / ${ne.outcome}`).toHaveLength(1);
-        expect(Number(await admin.get(keys.fanout(runId)))).toBe(3);
+        expect(Number(await admin.get(keys.fanout(runId)))).toBe(40);
         if (appendWon) appendsWon++;
       }
-      expect(sc(await s.call('status', { runId })).pendingAppends).toBe(appendsWon);
+      // One more with the unit free and nothing racing it: accepted, so at least one append is pending.
+      await admin.set(keys.fanout(runId), 39);
+      const last = await s.call('append', { runId, step: { agent: 'echo', task: 'last' } });
+      expect(last.isError, textOf(last)).toBeFalsy();
+      expect(sc(last).fanout).toEqual({ used: 40, limit: 40, remaining: 0 });
+      const pending = appendsWon + 1;
+      expect(sc(await s.call('status', { runId })).pendingAppends).toBe(pending);
+
+      // Cancelled, its appended steps never start: their claims go back to the tree's count at its end, as a local
+      // run's end gives them back (the count is read after the end, which the same script records).
+      await s.call('cancel', { runId });
+      const fin = await waitTerminal(s, runId, 60_000);
+      expect(fin.state).toBe('cancelled');
+      expect(fin.steps.filter((x: { state: string }) => x.state === 'skipped')).toHaveLength(pending);
+      expect(Number(await admin.get(keys.fanout(runId)))).toBe(40 - pending);
     } finally {
       await endAdmitted(nestedIds, nested);
       await s.call('cancel', { runId });

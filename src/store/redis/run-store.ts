@@ -133,12 +133,13 @@ export class RedisRuns {
 
   /**
    * The run's end (the first end wins), its slots returned and its `ended` event recorded (with `fields`, such as the
-   * worker); false when it had already ended.
+   * worker); false when it had already ended. `unstarted`: the fan-out claims of its agents that never started, given
+   * back to its tree's count in the same step (only its worker's status says for sure which agents started).
    */
-  async endRun(status: RunStatus, fields: Record<string, unknown> = {}): Promise<boolean> {
+  async endRun(status: RunStatus, fields: Record<string, unknown> = {}, unstarted?: { rootRunId: string; claims: number }): Promise<boolean> {
     const event = JSON.stringify({ ts: status.endedAt ?? new Date().toISOString(), type: 'ended', state: status.state, ...(status.error ? { error: status.error.code } : {}), ...fields });
     const r = await this.call('record the run\'s end', () => this.redis.saEndRun(keys.run(status.runId), keys.active, keys.queued, keys.agents, keys.agentsTotal, keys.events(status.runId), keys.feed,
-      status.runId, JSON.stringify(status), channels.run(status.runId), event, FEED_MAX_LEN));
+      keys.fanout(unstarted?.rootRunId ?? status.runId), status.runId, JSON.stringify(status), channels.run(status.runId), event, FEED_MAX_LEN, unstarted?.claims ?? 0));
     return r === 1;
   }
 
@@ -157,7 +158,7 @@ export class RedisRuns {
     return { claimed: Number(ok) === 1, used: Number(used) };
   }
 
-  /** Returns an append's claim that was taken but not recorded (./scripts.ts RETURN_FANOUT). */
+  /** Returns an append's claim that was taken but not recorded (./scripts.ts RETURN_FANOUT): never below zero. */
   async returnFanout(rootRunId: string, claims: number): Promise<void> {
     await this.call('return the append\'s fan-out', () => this.redis.saReturnFanout(keys.fanout(rootRunId), claims));
   }
