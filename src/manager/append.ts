@@ -53,26 +53,35 @@ export async function appendStep(ctx: ManagerContext, runId: string, entry: Chai
     const seq = (appends.at(-1)?.seq ?? 0) + 1;
     const stepIndex = record.steps.length + seq - 1;
     const paths = claimPaths([step!], stepIndex);
-    let fanout = await ctx.ledger.change((l) => {
-      const tree = l.trees[record.rootRunId];
-      if (!tree) throw notActive(runId, status.state);
-      const remaining = tree.limit - tree.used;
-      if (paths.length > remaining) throw fanoutExhausted(remaining, tree.limit, paths);
-      tree.used += paths.length;
-      return { used: tree.used, limit: tree.limit, remaining: tree.limit - tree.used };
-    });
-    const returnLocal = () => ctx.ledger.change((l) => { const t = l.trees[record.rootRunId]; if (t) t.used = Math.max(0, t.used - paths.length); }).catch(() => {});
+    // The shared count first: it sees the whole tree, so its refusal reports what is really left.
+    let claimed: { used: number; limit: number; remaining: number } | null = null;
     if (shared) {
-      let c: { claimed: boolean; used: number };
-      try { c = await shared.claim(paths.length); } catch (e) { await returnLocal(); throw e; }
-      if (!c.claimed) { await returnLocal(); throw fanoutExhausted(shared.limit - c.used, shared.limit, paths); }
-      fanout = { used: c.used, limit: shared.limit, remaining: Math.max(0, shared.limit - c.used) };
+      const c = await shared.claim(paths.length);
+      if (!c.claimed) throw fanoutExhausted(shared.limit - c.used, shared.limit, paths);
+      claimed = { used: c.used, limit: shared.limit, remaining: Math.max(0, shared.limit - c.used) };
     }
+    const releaseShared = () => shared?.release(paths.length).catch(() => {});
+    let local;
+    try {
+      local = await ctx.ledger.change((l) => {
+        const tree = l.trees[record.rootRunId];
+        if (!tree) throw notActive(runId, status.state);
+        const remaining = tree.limit - tree.used;
+        if (paths.length > remaining) throw fanoutExhausted(remaining, tree.limit, paths);
+        tree.used += paths.length;
+        return { used: tree.used, limit: tree.limit, remaining: tree.limit - tree.used };
+      });
+    } catch (e) {
+      await releaseShared();
+      throw e;
+    }
+    const fanout = claimed ?? local;
+    const returnLocal = () => ctx.ledger.change((l) => { const t = l.trees[record.rootRunId]; if (t) t.used = Math.max(0, t.used - paths.length); }).catch(() => {});
     try {
       ctx.store.writeAppend(runId, { seq, acceptedAt: new Date().toISOString(), step: step! });
     } catch (e) {
       await returnLocal();
-      await shared?.release(paths.length).catch(() => {});
+      await releaseShared();
       // The store reports a refused write as a SubagentError with the errno on its cause.
       const code = errnoCode(e instanceof SubagentError ? e.cause : e) ?? 'I/O error';
       throw new SubagentError('INTERNAL', `could not record the appended step (${code}); nothing was appended and its fan-out claim was returned. Check free space and permissions of the state home, then retry.`);
