@@ -6,7 +6,7 @@ import { listAll, type RunMeta } from './listing.js';
 import { freshStatus } from './run-status.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { deleteBranches, removeEndedRunsWorktrees, runBranches } from './isolation.js';
-import { isAlive } from '../process/identity.js';
+import { servesRun } from '../process/identity.js';
 
 /** What retention decided for one run tree (a top-level run and the runs nested under it go together). */
 export interface GcCandidate {
@@ -79,8 +79,9 @@ export async function collectGarbage(ctx: ManagerContext, o: { olderThanMs: numb
   // Worktrees left by runs that ended (whatever their age): stale the moment their run ended. Branches stay.
   if (!o.dryRun) {
     report.worktreesRemoved = await removeEndedRunsWorktrees(ctx, async (id) => {
-      // A runner still alive after its run's end is removing them itself.
-      try { const s = await freshStatus(ctx, id); return isTerminalRun(s.state) && !isAlive(s.runner); } catch { return !safeRecord(ctx, id); }
+      // A runner still serving its run after the run's end is removing them itself; a warm runner that went back to
+      // the pool has finished with them (docs/architecture.md, "Warm runners").
+      try { const s = await freshStatus(ctx, id); return isTerminalRun(s.state) && !(s.runner && servesRun(s.runner, ctx.store.paths(id).dir)); } catch { return !safeRecord(ctx, id); }
     });
   }
   for (const [root, members] of trees) {

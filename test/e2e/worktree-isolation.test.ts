@@ -264,8 +264,12 @@ describe('worktree isolation', () => {
   it('gc removes ended runs and keeps their branches, unless --branches', async () => {
     const l = await ok(s, 'launch', { agent: 'editor', task: JSON.stringify({ write: { 'gc.txt': 'gc\n' } }), cwd: 'repo', isolation: 'worktree' });
     const ended = await waitTerminal(s, l.runId);
-    // gc leaves a run's worktrees to its runner while that still lives (it removes them after the end).
-    expect(await until(() => procIdentity(ended.runnerPid) === null, 20_000)).toBe(true);
+    // gc leaves a run's worktrees to its runner while that still serves the run (it removes them after the end); a
+    // warm runner then goes back to the pool, its command line naming the pool instead of the run.
+    const servesThisRun = (): boolean => {
+      try { return fs.readFileSync(`/proc/${ended.runnerPid}/cmdline`, 'utf8').split(/[\0 ]/).includes(path.join(t.home, 'runs', l.runId)); } catch { return false; }
+    };
+    expect(await until(() => procIdentity(ended.runnerPid) === null || !servesThisRun(), 30_000)).toBe(true);
     const { spawnSync } = await import('node:child_process');
     const { MAIN_JS } = await import('../helpers/paths.js');
     const gc = (args: string[]) => spawnSync(process.execPath, [MAIN_JS, 'gc', '--older-than', '0s', '--json', ...args], { env: { ...process.env, SUBAGENTS_HOME: t.home }, encoding: 'utf8' });
