@@ -2,7 +2,7 @@ import type { ProcessIdentity } from '../process/identity.js';
 import { SubagentError } from '../errors.js';
 import type { Ledger } from '../store/ledger.js';
 import type { CapacityLedger, RunStore } from '../store/ports.js';
-import { isTerminalRun, isTerminalStep, type RunRecord, type RunState, type RunStatus, type StepError, type StepStatus } from '../store/run-types.js';
+import { isTerminalRun, isTerminalStep, unstartedAgents, type RunRecord, type RunState, type RunStatus, type StepError, type StepStatus } from '../store/run-types.js';
 import { treeIsLive } from './run-tree.js';
 
 /**
@@ -125,16 +125,6 @@ export function closeSteps(steps: StepStatus[], running: 'failed' | 'cancelled',
     return { ...s, state: wasRunning ? running : 'skipped', endedAt: wasRunning ? at : s.endedAt, members: s.members?.map(close) };
   };
   return steps.map(close);
-}
-
-/** Agents of the run that never started: each still holds the fan-out claim its launch or append made. */
-export function unstartedAgents(status: RunStatus): number {
-  let n = 0;
-  for (const st of status.steps) {
-    if (st.members) n += st.members.filter((m) => m.startedAt === null).length;
-    else if (st.startedAt === null) n++;
-  }
-  return n;
 }
 
 /**

@@ -170,3 +170,13 @@ export function firstStepWidth(steps: StepSpec[]): number {
   if (!s) return 0;
   return s.kind === 'agent' ? 1 : Math.min(s.concurrency, s.members.length);
 }
+
+/** Agents of the run that never started: each still holds the fan-out claim its launch or append made. */
+export function unstartedAgents(status: RunStatus): number {
+  let n = 0;
+  for (const st of status.steps) {
+    if (st.members) n += st.members.filter((m) => m.startedAt === null).length;
+    else if (st.startedAt === null) n++;
+  }
+  return n;
+}

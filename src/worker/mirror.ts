@@ -7,7 +7,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import type { ManagerContext } from '../manager/context.js';
 import type { RedisRuns } from '../store/redis/run-store.js';
-import { isTerminalRun, isTerminalStep, type RunStatus, type StepStatus } from '../store/run-types.js';
+import { isTerminalRun, isTerminalStep, unstartedAgents, type RunStatus, type StepStatus } from '../store/run-types.js';
 import type { TreeCancelReason } from '../manager/distributed/tree.js';
 import { DirWatch } from '../wait.js';
 import { reconcileRun } from '../manager/reconcile.js';
@@ -168,7 +168,10 @@ export async function mirrorRun(t: MirrorTarget): Promise<RunStatus> {
             mirrored = { ...mirrored, endedAt: now, updatedAt: now };
           }
           await forwardEvents(local);
-          await t.runs.endRun(mirrored, { worker: t.worker.id, host: t.worker.host });
+          // Its agents that never started (steps skipped, appends not taken) give their fan-out claims back to the
+          // tree, as a local run's end does (docs/scale-out.md, "Capacity across machines").
+          const root = (await t.runs.read(t.runId))?.record.rootRunId ?? t.runId;
+          await t.runs.endRun(mirrored, { worker: t.worker.id, host: t.worker.host }, { rootRunId: root, claims: unstartedAgents(mirrored) });
           // A nested launch accepted while the wait above read the children is refused from now on (its parent
           // has ended, in the same script); one accepted just before is asked here.
           await t.endChildren({ reason, wait: false }).catch(() => {});

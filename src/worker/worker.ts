@@ -11,11 +11,11 @@ import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import { DelayedError, Worker, type Job } from 'bullmq';
 import { redactRedisUrl, type Settings } from '../config.js';
-import { isSubagentError } from '../errors.js';
+import { isSubagentError, SubagentError } from '../errors.js';
 import { isRunId } from '../ids.js';
 import { cancelRun } from '../manager/cancel.js';
 import { launch, type ChainEntryInput, type LaunchInput } from '../manager/launch.js';
-import { appendStep } from '../manager/append.js';
+import { appendStep, type SharedFanout } from '../manager/append.js';
 import { startWarmPool } from '../manager/warm-pool.js';
 import { connect } from '../store/redis/connection.js';
 import type { LaunchJob } from '../store/redis/job.js';
@@ -85,10 +85,20 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
     if (!h.local) reply = { ok: false, code: 'BUSY', message: `run ${req.runId} is still starting on worker ${host}; retry in a moment.` };
     else {
       try {
-        const result = await appendStep(local, h.local, req.entry);
+        // The tree's fan-out is claimed in Redis, where its launches and nested runs on other machines claim too
+        // (docs/scale-out.md, "Capacity across machines"); this worker's ledger sees only its own part of the tree.
+        const run = await runs.read(req.runId);
+        if (!run) throw new SubagentError('RUN_NOT_FOUND', `run ${req.runId} is not in Redis any more; launch a new run with the step instead.`);
+        const root = run.record.rootRunId ?? run.record.runId;
+        const shared: SharedFanout = {
+          limit: run.record.limits.maxSpawns,
+          claim: (n) => runs.claimAppend(root, n, run.record.limits.maxSpawns),
+          release: (n) => runs.returnFanout(root, n),
+        };
+        const result = await appendStep(local, h.local, req.entry, shared);
         reply = { ok: true, result };
-        // Status shows it pending until its step starts, and its agent starts in the tree's fan-out.
-        await runs.recordAppend(req.runId, 'parallel' in req.entry ? req.entry.parallel.length : 1).catch(() => {});
+        // Status shows it pending until its step starts.
+        await runs.recordAppend(req.runId).catch(() => {});
       } catch (e) {
         reply = isSubagentError(e) ? { ok: false, code: e.code, message: e.message.split(h.local).join(req.runId) } : { ok: false, code: 'INTERNAL', message: 'the worker could not record the append' };
       }

@@ -94,6 +94,28 @@ function readProc(pid: number, what: 'environ' | 'cmdline'): string {
   try { return fs.readFileSync(`/proc/${pid}/${what}`, 'utf8'); } catch { return ''; }
 }
 
+/** A nested run's record as a nested server writes it (for the claim races, which call the scripts directly). */
+function nestedRecord(runId: string, parent: string, maxSpawns: number, pool = 'race', claims = 1) {
+  return {
+    v: 1 as const, runId, sessionId: 's-nested-race', pool, mode: 'single' as const, cwd: '/', label: null,
+    createdAt: new Date().toISOString(), agents: ['echo'], limits: { maxSpawns, maxDepth: 3 }, claims, agentSlots: 1,
+    queueDeadline: Number.MAX_SAFE_INTEGER, depth: 1, rootRunId: parent, parentRunId: parent, parentStepKey: '0', maxAgents: 64,
+  };
+}
+
+function startingStatus(runId: string) {
+  return { v: 1 as const, runId, state: 'starting' as const, error: null, startedAt: null, endedAt: null, updatedAt: new Date().toISOString(), runner: null, steps: [], appendsTaken: 0, survivors: [] };
+}
+
+/** Ends the runs a race admitted (their agent slots come back), then closes the racing connections. */
+async function endAdmitted(ids: string[], ...conns: RedisRuns[]): Promise<void> {
+  for (const id of ids) {
+    const run = await conns[0]!.read(id);
+    if (run) await conns[0]!.endRun({ ...run.status, state: 'cancelled', endedAt: new Date().toISOString() });
+  }
+  for (const c of conns) c.redis.disconnect();
+}
+
 beforeAll(async () => {
   if (skipped) return;
   redis = await startRedis();
@@ -370,12 +392,8 @@ suite('nested launches are counted exactly in Redis (Lua), whichever server send
     const a = new RedisRuns(connect(url, { blocking: true }));
     const b = new RedisRuns(connect(url, { blocking: true }));
     const parent = 'r-raceparent';
-    const record = (runId: string, maxSpawns: number) => ({
-      v: 1 as const, runId, sessionId: 's-nested-race', pool: 'race', mode: 'single' as const, cwd: '/', label: null,
-      createdAt: new Date().toISOString(), agents: ['echo'], limits: { maxSpawns, maxDepth: 3 }, claims: 1, agentSlots: 1,
-      queueDeadline: Number.MAX_SAFE_INTEGER, depth: 1, rootRunId: parent, parentRunId: parent, parentStepKey: '0', maxAgents: 64,
-    });
-    const status = (runId: string) => ({ v: 1 as const, runId, state: 'starting' as const, error: null, startedAt: null, endedAt: null, updatedAt: new Date().toISOString(), runner: null, steps: [], appendsTaken: 0, survivors: [] });
+    const record = (runId: string, maxSpawns: number) => nestedRecord(runId, parent, maxSpawns);
+    const status = startingStatus;
     const admitted: string[] = [];
     try {
       await admin.hset(keys.run(parent), 'state', 'running');
@@ -408,12 +426,100 @@ suite('nested launches are counted exactly in Redis (Lua), whichever server send
       expect((await a.claimNested(record('r-nrace-late', 1000), status('r-nrace-late'), 's-root', { maxAgents: 1000 })).outcome).toBe('PARENT_ENDED');
       expect(Object.keys(await admin.hgetall(keys.children(parent))).length).toBe(150);
     } finally {
-      for (const id of admitted) {
-        const run = await a.read(id);
-        if (run) await a.endRun({ ...run.status, state: 'cancelled', endedAt: new Date().toISOString() });
-      }
-      a.redis.disconnect();
-      b.redis.disconnect();
+      await endAdmitted(admitted, a, b);
     }
   }, 60_000);
+
+  it('an append\'s claim and a nested launch\'s claim racing 100 times for the tree\'s last unit: exactly one wins each time', async () => {
+    const a = new RedisRuns(connect(url, { blocking: true }));
+    const b = new RedisRuns(connect(url, { blocking: true }));
+    const root = 'r-appendraceroot';
+    const admitted: string[] = [];
+    try {
+      await admin.hset(keys.run(root), 'state', 'running');
+      for (let i = 0; i < 100; i++) {
+        await admin.set(keys.fanout(root), 4);
+        const id = `r-arace${i}`;
+        const rec = nestedRecord(id, root, 5);
+        const st = startingStatus(id);
+        // Alternating which is sent first.
+        const ap = () => a.claimAppend(root, 1, 5);
+        const ne = () => b.claimNested(rec, st, 's-root', { maxAgents: 1000 });
+        let claim: { claimed: boolean; used: number };
+        let nested: { outcome: string };
+        if (i % 2 === 0) [claim, nested] = await Promise.all([ap(), ne()]);
+        else [nested, claim] = await Promise.all([ne(), ap()]);
+        const nestedWon = nested.outcome === 'ADMITTED';
+        expect([claim.claimed, nestedWon].filter(Boolean)).toHaveLength(1);
+        expect(await admin.get(keys.fanout(root))).toBe('5');
+        if (nestedWon) admitted.push(id);
+        // An append refused leaves the count as it was; a claim returned comes off it, never below zero.
+        expect(await a.claimAppend(root, 1, 5)).toEqual({ claimed: false, used: 5 });
+      }
+      await a.returnFanout(root, 2);
+      expect(await admin.get(keys.fanout(root))).toBe('3');
+      await a.returnFanout(root, 10);
+      expect(await admin.get(keys.fanout(root))).toBe('0');
+    } finally {
+      await endAdmitted(admitted, a, b);
+    }
+  }, 60_000);
+
+  it('an append to a chain on a worker is claimed in Redis with the nested runs\' claims: refused FANOUT_EXHAUSTED over budget, and one winner for the last unit against a nested launch', async () => {
+    // Budget 40: the chain's step claims 1; a nested launch of its tree (the script a nested server runs) claims 38.
+    const s = await server({ SUBAGENTS_MAX_SPAWNS_PER_RUN: '40' });
+    const runId = sc(await s.call('launch', { chain: [{ agent: 'sleeper', task: 'hold' }] })).runId as string;
+    await until(async () => { const v = sc(await s.call('status', { runId })); return v.state === 'running' && !!v.steps[0].pid; }, 60_000, 'the chain running on a worker');
+    const nested = new RedisRuns(connect(url, { blocking: true }));
+    const nestedIds: string[] = [];
+    const claimNested = async (id: string, claims = 1) => {
+      const c = await nested.claimNested(nestedRecord(id, runId, 40, 'default', claims), startingStatus(id), 's-root', { maxAgents: 1000 });
+      if (c.outcome === 'ADMITTED') nestedIds.push(id);
+      return c;
+    };
+    try {
+      expect((await claimNested('r-appendnest0', 38)).outcome).toBe('ADMITTED');
+      // 39 of 40 used: a parallel append of 2 no longer fits, though the worker's own tree counts only 1.
+      const big = await s.call('append', { runId, step: { parallel: [{ agent: 'echo', task: '1' }, { agent: 'echo', task: '2' }] } });
+      expect(textOf(big)).toMatch(/^FANOUT_EXHAUSTED: the run tree's fan-out budget has 1 of 40 agent starts left and this step needs 2; /);
+      expect(Number(await admin.get(keys.fanout(runId)))).toBe(39);
+      expect(sc(await s.call('status', { runId })).pendingAppends).toBe(0);
+
+      // The last unit, 30 times: an append and a nested launch at once; exactly one wins, the count never passes 40
+      // (set back to 39 each time; the worker's own tree, 1 + the appends won, stays under 40 and never decides).
+      // The nested claim is sent from 0 to 90 ms after the append (whose round trip through the worker is longer),
+      // so either may reach Redis first; which one wins is not asserted, only that one does.
+      let appendsWon = 0;
+      for (let i = 0; i < 30; i++) {
+        await admin.set(keys.fanout(runId), 39);
+        const [ap, ne] = await Promise.all([
+          s.call('append', { runId, step: { agent: 'echo', task: `race ${i}` } }),
+          new Promise((r) => setTimeout(r, (i % 10) * 10)).then(() => claimNested(`r-appendnest${i + 1}`)),
+        ]);
+        const appendWon = !ap.isError;
+        if (!appendWon) expect(textOf(ap)).toMatch(/^FANOUT_EXHAUSTED: the run tree's fan-out budget has 0 of 40 /);
+        expect([appendWon, ne.outcome === 'ADMITTED'].filter(Boolean), `${textOf(ap)} / ${ne.outcome}`).toHaveLength(1);
+        expect(Number(await admin.get(keys.fanout(runId)))).toBe(40);
+        if (appendWon) appendsWon++;
+      }
+      // One more with the unit free and nothing racing it: accepted, so at least one append is pending.
+      await admin.set(keys.fanout(runId), 39);
+      const last = await s.call('append', { runId, step: { agent: 'echo', task: 'last' } });
+      expect(last.isError, textOf(last)).toBeFalsy();
+      expect(sc(last).fanout).toEqual({ used: 40, limit: 40, remaining: 0 });
+      const pending = appendsWon + 1;
+      expect(sc(await s.call('status', { runId })).pendingAppends).toBe(pending);
+
+      // Cancelled, its appended steps never start: their claims go back to the tree's count at its end, as a local
+      // run's end gives them back (the count is read after the end, which the same script records).
+      await s.call('cancel', { runId });
+      const fin = await waitTerminal(s, runId, 60_000);
+      expect(fin.state).toBe('cancelled');
+      expect(fin.steps.filter((x: { state: string }) => x.state === 'skipped')).toHaveLength(pending);
+      expect(Number(await admin.get(keys.fanout(runId)))).toBe(40 - pending);
+    } finally {
+      await endAdmitted(nestedIds, nested);
+      await s.call('cancel', { runId });
+    }
+  }, 180_000);
 });

@@ -133,12 +133,13 @@ export class RedisRuns {
 
   /**
    * The run's end (the first end wins), its slots returned and its `ended` event recorded (with `fields`, such as the
-   * worker); false when it had already ended.
+   * worker); false when it had already ended. `unstarted`: the fan-out claims of its agents that never started, given
+   * back to its tree's count in the same step (only its worker's status says for sure which agents started).
    */
-  async endRun(status: RunStatus, fields: Record<string, unknown> = {}): Promise<boolean> {
+  async endRun(status: RunStatus, fields: Record<string, unknown> = {}, unstarted?: { rootRunId: string; claims: number }): Promise<boolean> {
     const event = JSON.stringify({ ts: status.endedAt ?? new Date().toISOString(), type: 'ended', state: status.state, ...(status.error ? { error: status.error.code } : {}), ...fields });
     const r = await this.call('record the run\'s end', () => this.redis.saEndRun(keys.run(status.runId), keys.active, keys.queued, keys.agents, keys.agentsTotal, keys.events(status.runId), keys.feed,
-      status.runId, JSON.stringify(status), channels.run(status.runId), event, FEED_MAX_LEN));
+      keys.fanout(unstarted?.rootRunId ?? status.runId), status.runId, JSON.stringify(status), channels.run(status.runId), event, FEED_MAX_LEN, unstarted?.claims ?? 0));
     return r === 1;
   }
 
@@ -149,13 +150,26 @@ export class RedisRuns {
   }
 
   /**
-   * Counts an append the holding worker accepted and the agent starts it claimed in the tree's fan-out (with the nested
-   * runs' claims), and wakes the run's watchers (its pending appends and fan-out changed).
+   * An append's claim on its tree's fan-out (./scripts.ts CLAIM_APPEND): all or nothing, against the same count the
+   * launches and nested runs of the tree claim from. `used` is the tree's count after a claim, before a refusal.
    */
-  async recordAppend(runId: string, claims: number): Promise<void> {
+  async claimAppend(rootRunId: string, claims: number, maxSpawns: number): Promise<{ claimed: boolean; used: number }> {
+    const [ok, used] = await this.call('claim the append\'s fan-out', () => this.redis.saClaimAppend(keys.fanout(rootRunId), claims, maxSpawns));
+    return { claimed: Number(ok) === 1, used: Number(used) };
+  }
+
+  /** Returns an append's claim that was taken but not recorded (./scripts.ts RETURN_FANOUT): never below zero. */
+  async returnFanout(rootRunId: string, claims: number): Promise<void> {
+    await this.call('return the append\'s fan-out', () => this.redis.saReturnFanout(keys.fanout(rootRunId), claims));
+  }
+
+  /**
+   * Counts an append the holding worker accepted (its fan-out was claimed before, by `claimAppend`), and wakes the
+   * run's watchers (its pending appends and fan-out changed).
+   */
+  async recordAppend(runId: string): Promise<void> {
     await this.call('record the append', () => this.redis.multi()
       .hincrby(keys.run(runId), 'appendsAccepted', 1)
-      .incrby(keys.fanout(runId), claims)
       .publish(channels.run(runId), 'append')
       .exec());
   }

@@ -95,6 +95,37 @@ return { 'ADMITTED', used + claims, total + want }
 `;
 
 /**
+ * An append's claim on its tree's fan-out (docs/scale-out.md, "Capacity across machines"), counted with the launches'
+ * and nested runs' claims: `used + claims <= maxSpawns` and the claim, or nothing.
+ * KEYS: fanout (the root's). ARGV: claims, maxSpawns. Returns { 1, used after } claimed, { 0, used } refused.
+ */
+const CLAIM_APPEND = `
+local claims, maxSpawns = tonumber(ARGV[1]), tonumber(ARGV[2])
+local used = tonumber(redis.call('GET', KEYS[1]) or '0')
+if used + claims > maxSpawns then return { 0, used } end
+return { 1, redis.call('INCRBY', KEYS[1], claims) }
+`;
+
+/**
+ * Returns claims of agents that will never start to a tree's fan-out, never below zero; a tree whose count is gone
+ * (its root dismissed) is not recreated.
+ */
+const RETURN_FANOUT_FN = `
+local function returnFanout(key, claims)
+  if claims <= 0 or redis.call('EXISTS', key) == 0 then return end
+  local left = tonumber(redis.call('GET', key)) - claims
+  if left < 0 then left = 0 end
+  redis.call('SET', key, left)
+end`;
+
+/** An append's claim that was taken but not recorded. KEYS: fanout. ARGV: claims. */
+const RETURN_FANOUT = `
+${RETURN_FANOUT_FN}
+returnFanout(KEYS[1], tonumber(ARGV[1]))
+return 1
+`;
+
+/**
  * A worker's start of a job: the run must hold an active-run slot (a queued run takes one when there is room and it
  * is the queue's head) and gets its agent slots, both or neither.
  * KEYS: active, queued, agents, agentsTotal, run. ARGV: runId, limit (0: none), agentSlots, maxAgents, nested (1/0:
@@ -145,14 +176,16 @@ return 1
 /**
  * The one way a run ends in Redis: compare-and-set of the terminal state (the first end wins), its active-run slot
  * or queue place and its agent slots returned in the same step, announced on the run's channel.
- * Its `ended` event is recorded in the same step.
- * KEYS: run, active, queued, agents, agentsTotal, events, feed. ARGV: runId, status JSON (terminal), channel, event
- * JSON, feed length.
+ * Its `ended` event is recorded in the same step, and so is the return of the fan-out claims of its agents that never
+ * started (as a local run's end returns them, docs/scale-out.md, "Capacity across machines").
+ * KEYS: run, active, queued, agents, agentsTotal, events, feed, fanout (the root's). ARGV: runId, status JSON
+ * (terminal), channel, event JSON, feed length, unstarted claims to return (0: none).
  * Returns 1 ended here, 0 it had already ended (or is unknown).
  */
 const END_RUN = `
 ${TERMINAL}
 ${RECORD_EVENT}
+${RETURN_FANOUT_FN}
 local state = redis.call('HGET', KEYS[1], 'state')
 if not state or terminal[state] then return 0 end
 redis.call('HSET', KEYS[1], 'status', ARGV[2], 'state', cjson.decode(ARGV[2]).state)
@@ -163,6 +196,7 @@ if mine > 0 then
   redis.call('HDEL', KEYS[4], ARGV[1])
   redis.call('DECRBY', KEYS[5], mine)
 end
+returnFanout(KEYS[8], tonumber(ARGV[6]))
 recordEvent(KEYS[6], KEYS[7], ARGV[1], sessionOf(KEYS[1]), ARGV[4], ARGV[5])
 redis.call('PUBLISH', ARGV[3], 'status')
 return 1
@@ -202,6 +236,8 @@ return 1
 export interface SubagentScripts {
   saClaimLaunch(...args: Array<string | number>): Promise<[string, number, number, number]>;
   saClaimNested(...args: Array<string | number>): Promise<[string, number, number]>;
+  saClaimAppend(...args: Array<string | number>): Promise<[number, number]>;
+  saReturnFanout(...args: Array<string | number>): Promise<number>;
   saStartRun(...args: Array<string | number>): Promise<number>;
   saPutStatus(...args: Array<string | number>): Promise<number>;
   saEndRun(...args: Array<string | number>): Promise<number>;
@@ -216,9 +252,11 @@ export type ScriptedRedis = Redis & SubagentScripts;
 export function defineScripts(r: Redis): ScriptedRedis {
   r.defineCommand('saClaimLaunch', { numberOfKeys: 9, lua: CLAIM_LAUNCH });
   r.defineCommand('saClaimNested', { numberOfKeys: 9, lua: CLAIM_NESTED });
+  r.defineCommand('saClaimAppend', { numberOfKeys: 1, lua: CLAIM_APPEND });
+  r.defineCommand('saReturnFanout', { numberOfKeys: 1, lua: RETURN_FANOUT });
   r.defineCommand('saStartRun', { numberOfKeys: 5, lua: START_RUN });
   r.defineCommand('saPutStatus', { numberOfKeys: 1, lua: PUT_STATUS });
-  r.defineCommand('saEndRun', { numberOfKeys: 7, lua: END_RUN });
+  r.defineCommand('saEndRun', { numberOfKeys: 8, lua: END_RUN });
   r.defineCommand('saEvent', { numberOfKeys: 3, lua: EVENT });
   r.defineCommand('saDismiss', { numberOfKeys: 3, lua: DISMISS });
   r.defineCommand('saAppendCapped', { numberOfKeys: 1, lua: APPEND_CAPPED });
