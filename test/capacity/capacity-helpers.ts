@@ -14,6 +14,10 @@ const deadRuns = new Set<string>();
  * time), alive and not a zombie. A runner is spawned only after its run directory and record exist, and reports
  * ready at once, so this sees every runner that could start an agent; runs seen dead are not read again.
  */
+function servesDir(pid: number, dir: string): boolean {
+  try { return fs.readFileSync(`/proc/${pid}/cmdline`, 'utf8').split(/[\0 ]/).includes(dir); } catch { return false; }
+}
+
 export function liveRunners(home: string): number[] {
   const out: number[] = [];
   let names: string[] = [];
@@ -24,7 +28,9 @@ export function liveRunners(home: string): number[] {
     let ready: { pid: number; startTime: string } | null = null;
     try { ready = JSON.parse(fs.readFileSync(`${home}/runs/${id}/ready.json`, 'utf8')); } catch { /* not yet */ }
     if (!ready) continue;
-    if (isAlive(ready)) out.push(ready.pid);
+    // A warm runner goes back to the pool after its run (docs/architecture.md, "Warm runners"): it counts for a run
+    // only while its command line still names that run.
+    if (isAlive(ready) && servesDir(ready.pid, `${home}/runs/${id}`)) out.push(ready.pid);
     else deadRuns.add(key);
   }
   return out;
