@@ -25,6 +25,7 @@ import {
 } from '../store/run-types.js';
 import { SubagentError, isSubagentError, type RunErrorCode } from '../errors.js';
 import { MAIN_JS } from '../paths.js';
+import { waitUntil } from '../wait.js';
 import { supervisorOf, watchForCancel } from './cancel-watch.js';
 import { runMembers } from './group-scheduler.js';
 import { isNestedRunner, isOtherRunsRunner, settleChildren } from './children.js';
@@ -504,10 +505,13 @@ class Executor {
       return; // its worker still ends them with the run (src/worker/mirror.ts)
     }
     const supervisor = supervisorOf(process.env);
-    const deadline = performance.now() + this.record.killGraceMs + REMOTE_SETTLE_MARGIN_MS;
-    while (!fs.existsSync(done) && performance.now() < deadline && (!supervisor || isAlive(supervisor))) {
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    // The worker's answer is a file in the run's directory: watched, with a poll behind it for a worker that died.
+    const doneName = path.basename(done);
+    await waitUntil({
+      dirs: [this.paths.dir], filter: (name) => name === doneName,
+      check: () => (fs.existsSync(done) || (supervisor !== null && !isAlive(supervisor)) ? true : null),
+      pollMs: 250, timeoutMs: this.record.killGraceMs + REMOTE_SETTLE_MARGIN_MS,
+    });
     for (const f of [request, done]) { try { fs.unlinkSync(f); } catch { /* gone */ } }
   }
 
