@@ -257,7 +257,9 @@ class Executor {
     // Servers write into a live run's directory too (a cancel request, an append), and one killed mid-write leaves its
     // temp file; nobody else looks at the directory of a run that ended normally. Only writers proven gone.
     removeStaleTemps(this.paths.dir, null);
-    this.host.onEnd?.(exitCode === 0 && this.endedHere && this.ledgerReturned && this.status.survivors.length === 0);
+    // A stopped run (cancel, timeout, its parent's end) is not clean: its runner exits with it, as a cancel promises
+    // that nothing of the run is left (docs/architecture.md, "Warm runners").
+    this.host.onEnd?.(exitCode === 0 && this.stopReason === null && this.endedHere && this.ledgerReturned && this.status.survivors.length === 0);
     return exitCode;
   }
 
