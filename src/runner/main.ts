@@ -63,6 +63,8 @@ async function serveFromPool(warmDir: string): Promise<number> {
   // runners that boot after it (runner/code-cache.ts).
   if (await supervisor.rehearse(warmDir, me)) loaded.saveCache();
   const baseline = await supervisor.reuseBaseline();
+  // The next run's first agent, pre-started while idle (runner/agent-stub.ts): not part of the baseline.
+  let stub = await supervisor.AgentStub.start(warmDir);
   let back = false;
   for (let served = 0; ; ) {
     const got = await awaitWarmClaim({
@@ -71,6 +73,7 @@ async function serveFromPool(warmDir: string): Promise<number> {
       onAnnounced: (key) => { if (back) files.endServing(key); },
     });
     if (!got) {
+      await stub?.dispose();
       if (bootLog) fs.rmSync(bootLog, { force: true });
       return 0;
     }
@@ -78,7 +81,8 @@ async function serveFromPool(warmDir: string): Promise<number> {
     adoptRun(got.claim, bootLog, paths.runnerLog);
     served++;
     const maxRuns = got.claim.pool?.maxRuns ?? 1;
-    const run = await serveRun(paths, supervisor, served < maxRuns);
+    const run = await serveRun(paths, supervisor, served < maxRuns, stub);
+    stub = null;
     const left = run.clean && served < maxRuns && process.env.SUBAGENTS_TEST_FAULT === undefined ? await supervisor.leftFromRun(baseline) : null;
     if (left) process.stderr.write(`runner: not going back to the warm pool (${left}); exiting\n`);
     const again = left === '' && ownIdle(files, build, me) < (got.claim.pool?.size ?? 0);
@@ -90,6 +94,7 @@ async function serveFromPool(warmDir: string): Promise<number> {
     }
     supervisor.reopenLocks();
     back = true;
+    stub = await supervisor.AgentStub.start(warmDir);
   }
 }
 
@@ -114,7 +119,15 @@ async function main(): Promise<number> {
  * it freed. `clean`: the run ended here cleanly (runner/supervise.ts, `onEnd`) and handed nothing off, so that a warm
  * runner may serve another.
  */
-async function serveRun(paths: RunPaths, preloaded: Supervisor | null, mayServeAgain: boolean): Promise<{ code: number; clean: boolean }> {
+async function serveRun(paths: RunPaths, preloaded: Supervisor | null, mayServeAgain: boolean, agentStub: import('./agent-stub.js').AgentStub | null = null): Promise<{ code: number; clean: boolean }> {
+  try {
+    return await serveRunWith(paths, preloaded, mayServeAgain, agentStub);
+  } finally {
+    await agentStub?.dispose(); // unused (the run never reached its first agent): it exits with the run, not after
+  }
+}
+
+async function serveRunWith(paths: RunPaths, preloaded: Supervisor | null, mayServeAgain: boolean, agentStub: import('./agent-stub.js').AgentStub | null): Promise<{ code: number; clean: boolean }> {
   installClockJump(process.env.SUBAGENTS_TEST_FAULT);
   fault('before-ready');
   await hangBeforeReady();
@@ -147,7 +160,7 @@ async function serveRun(paths: RunPaths, preloaded: Supervisor | null, mayServeA
   const { supervise, settleLocks, handOffFreedSlot } = preloaded ?? (await loadSupervisor(path.join(path.dirname(path.dirname(paths.dir)), 'warm'))).exports;
   let clean = false;
   try {
-    const host = { processSignals: true, mayServeAgain, onEnd: (ok: boolean) => { clean = ok; } };
+    const host = { processSignals: true, mayServeAgain, agentStub, onEnd: (ok: boolean) => { clean = ok; } };
     const code = await supervise(record, paths, me, claimed, host, MY_ATTEMPT);
     // The slot this run held is free (or was never taken): the head of the queue gets it from us, the one process
     // that knows the moment it freed (docs/limits.md, "The queue"). A runner that launched a queued run is its
