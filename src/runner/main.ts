@@ -15,6 +15,10 @@ import { adoptRun, awaitWarmClaim, leaveRun } from './warm-idle.js';
 import { loadCachedBundle, supervisorCacheFile } from './code-cache.js';
 import { installClockJump } from './test-clock.js';
 import type { RunRecord } from '../store/run-types.js';
+import type { AgentStub as AgentStubType } from './agent-stub.js';
+
+/** How long a runner back in the pool waits before it starts its next agent stub. */
+const STUB_DELAY_MS = 30;
 
 /** Test seam: die at a named handshake phase (the reliability matrix kills the runner at each). */
 function fault(phase: string): void {
@@ -64,14 +68,20 @@ async function serveFromPool(warmDir: string): Promise<number> {
   if (await supervisor.rehearse(warmDir, me)) loaded.saveCache();
   const baseline = await supervisor.reuseBaseline();
   // The next run's first agent, pre-started while idle (runner/agent-stub.ts): not part of the baseline.
-  let stub = await supervisor.AgentStub.start(warmDir);
+  let stub: AgentStubType | null = await supervisor.AgentStub.start(warmDir);
   let back = false;
   for (let served = 0; ; ) {
+    // Back from a run, the stub starts a moment later: runs that end together (a burst) have their answers to give
+    // first, and the stub's spawn would take the cores from them. A claim before then spawns its first agent.
+    let starting: Promise<void> | null = null;
+    const later = stub || !back ? null : setTimeout(() => { starting = supervisor.AgentStub.start(warmDir).then((s) => { stub = s; }); }, STUB_DELAY_MS);
     const got = await awaitWarmClaim({
       warmDir, me, build, bootLog, idleMs, claimWaitMs, owner: supervisorOf(bootEnv),
       serving: (claim) => served + 1 < (claim.pool?.maxRuns ?? 1),
       onAnnounced: (key) => { if (back) files.endServing(key); },
     });
+    if (later) clearTimeout(later);
+    if (starting) await starting;
     if (!got) {
       await stub?.dispose();
       if (bootLog) fs.rmSync(bootLog, { force: true });
@@ -94,7 +104,6 @@ async function serveFromPool(warmDir: string): Promise<number> {
     }
     supervisor.reopenLocks();
     back = true;
-    stub = await supervisor.AgentStub.start(warmDir);
   }
 }
 
@@ -119,7 +128,7 @@ async function main(): Promise<number> {
  * it freed. `clean`: the run ended here cleanly (runner/supervise.ts, `onEnd`) and handed nothing off, so that a warm
  * runner may serve another.
  */
-async function serveRun(paths: RunPaths, preloaded: Supervisor | null, mayServeAgain: boolean, agentStub: import('./agent-stub.js').AgentStub | null = null): Promise<{ code: number; clean: boolean }> {
+async function serveRun(paths: RunPaths, preloaded: Supervisor | null, mayServeAgain: boolean, agentStub: AgentStubType | null = null): Promise<{ code: number; clean: boolean }> {
   try {
     return await serveRunWith(paths, preloaded, mayServeAgain, agentStub);
   } finally {
@@ -127,7 +136,7 @@ async function serveRun(paths: RunPaths, preloaded: Supervisor | null, mayServeA
   }
 }
 
-async function serveRunWith(paths: RunPaths, preloaded: Supervisor | null, mayServeAgain: boolean, agentStub: import('./agent-stub.js').AgentStub | null): Promise<{ code: number; clean: boolean }> {
+async function serveRunWith(paths: RunPaths, preloaded: Supervisor | null, mayServeAgain: boolean, agentStub: AgentStubType | null): Promise<{ code: number; clean: boolean }> {
   installClockJump(process.env.SUBAGENTS_TEST_FAULT);
   fault('before-ready');
   await hangBeforeReady();
