@@ -19,7 +19,7 @@ import { bindReservation, pruneRoots, refusalWithoutLock, releaseReservation, re
 import { RUNNER_MAIN, type ManagerContext } from './context.js';
 import { awaitReady, handshakeError, HandshakeFailure, proceedAndAwaitStart, type HandshakePhase } from '../lifecycle/handshake.js';
 import { checkNesting } from './nesting.js';
-import { claimWarmRunner, peekWarmRunner, takeForTest, warmLaunchSettled } from './warm-pool.js';
+import { claimWarmRunner, forgetPeek, peekWarmRunner, takeForTest, warmLaunchSettled } from './warm-pool.js';
 import { resolveRunCwd } from './roots.js';
 import { indexRun, ownActiveRuns } from './listing.js';
 import { originalUmask } from './original-umask.js';
@@ -190,8 +190,6 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
   // the launch then claims that very runner (docs/architecture.md, "Warm runners"). A nested launch's agent slots are
   // bound as before, to the runner it gets (they have no root to be held by its server).
   const peeked = peekWarmRunner(ctx);
-  const settle = () => warmLaunchSettled(ctx, peeked, warm);
-  let warm: ReturnType<typeof claimWarmRunner> = null;
   const boundTo = nesting || !peeked ? null : { pid: peeked.pid, startTime: peeked.startTime };
   // An early-bound reservation is pruned as its server's own once seen for twice the handshake timeout without a
   // proceed (manager/capacity.ts, `pruneRoots`): this launch says proceed within one, or not at all.
@@ -214,7 +212,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
     // Test seam: the runner the reservation was bound to is taken by "another server" before this launch's claim.
     if (peeked && ctx.env.SUBAGENTS_TEST_FAULT === 'warm-taken-after-reserve') takeForTest(ctx, peeked);
   } catch (e) {
-    settle();
+    forgetPeek(ctx, peeked);
     if (prepared) ctx.store.discard(prepared);
     if (e instanceof SubagentError && e.code === 'CAPACITY_EXHAUSTED' && !nesting) {
       if (queueing) return queued();
@@ -233,7 +231,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
     created = await ctx.store.publish(prepared, indexed);
     if (nesting) ctx.store.addChild(nesting.parentRunId, runId, nesting.parentStepKey);
   } catch (e) {
-    settle();
+    forgetPeek(ctx, peeked);
     await releaseReservation(ctx, runId, rootRunId, paths.length).catch(() => {});
     removeQuietly(ctx.store.layout.runDir(runId));
     if (e instanceof SubagentError) throw e;
@@ -248,13 +246,17 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
   let runner = null;
   const runPaths = created.paths;
   let started: RunStatus;
+  let askedWarmPool = false;
+  let warm: ReturnType<typeof claimWarmRunner> = null;
   try {
     // A launch abandoned before its spawn (the server shutting down) starts no runner at all.
     if (o.signal.aborted) throw new HandshakeFailure('spawn', 'the launch was cancelled or the server is shutting down', null);
     const env = runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord), envFor);
     // A pre-booted idle runner when the home has one (manager/warm-pool.ts): the one the reservation is bound to
     // unless another server took it meanwhile; else one booted for this run.
+    askedWarmPool = true;
     warm = claimWarmRunner(ctx, runPaths.dir, env, peeked);
+    forgetPeek(ctx, peeked);
     child = warm?.child
       ?? await spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env, logFile: runPaths.runnerLog });
     testFault(ctx, 'server-after-spawn');
@@ -295,7 +297,8 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
     if (!nesting) void serveQueue(ctx); // the slot this launch gave back goes to the queue's head
     throw handshakeError(failure, runId);
   } finally {
-    settle();
+    forgetPeek(ctx, peeked);
+    if (askedWarmPool) warmLaunchSettled(ctx, warm);
   }
   ctx.store.event(runId, { type: 'launched', runnerPid: runner.pid });
   return result(ctx, started, input.mode, reservation);

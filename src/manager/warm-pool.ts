@@ -88,13 +88,11 @@ function* ownIdleLazily(files: WarmPoolFiles): Generator<IdleEntry> {
  * A launch's first look at the pool, before its reservation: an idle runner of this build, found alive, which the
  * reservation is bound to at once (manager/capacity.ts, `reserve`) and `claimWarmRunner` then tries first; null when
  * the pool is off or has none. Entries only read, nothing taken: a launch that is refused or queued leaves the pool
- * as it was. Every launch that called this calls `warmLaunchSettled` once it has its answer.
+ * as it was. A launch that got one calls `forgetPeek` once it no longer needs it.
  */
 export function peekWarmRunner(ctx: ManagerContext): IdleEntry | null {
   if (ctx.settings.warmRunners === 0) return null;
   const state = stateOf(ctx);
-  state.demand++;
-  state.inFlight++;
   const files = filesOf(ctx);
   for (const e of ownIdleLazily(files)) {
     if (state.peeked.has(e.key)) continue; // another launch of this server has it in view: a burst spreads over the pool
@@ -114,6 +112,10 @@ export function peekWarmRunner(ctx: ManagerContext): IdleEntry | null {
 export function claimWarmRunner(ctx: ManagerContext, runDir: string, env: Record<string, string>, peeked: IdleEntry | null): { child: DetachedChild; runner: ProcessIdentity } | null {
   if (ctx.settings.warmRunners === 0) return null;
   const state = stateOf(ctx);
+  // Counted from the claim (not the look): a refill runs in a gap between launches, and a loop's next launch is
+  // looking at the pool by the time the last one's refill is due.
+  state.demand++;
+  state.inFlight++;
   const files = filesOf(ctx);
   const candidates = function* () {
     if (peeked) yield peeked;
@@ -142,15 +144,19 @@ export function takeForTest(ctx: ManagerContext, e: IdleEntry): void {
   filesOf(ctx).take(e.key);
 }
 
+/** A launch is done with the runner it looked at (claimed, lost to another server, or never needed). */
+export function forgetPeek(ctx: ManagerContext, peeked: IdleEntry | null): void {
+  if (peeked) stateOf(ctx).peeked.delete(peeked.key);
+}
+
 /**
- * A launch that called `peekWarmRunner` has its answer (either way): the runner it claimed is no longer polled (its
+ * A launch that called `claimWarmRunner` has its answer (either way): the runner it claimed is no longer polled (its
  * handshake is over), and the pool refills once none is in flight.
  */
-export function warmLaunchSettled(ctx: ManagerContext, peeked: IdleEntry | null, claimed: { child: DetachedChild } | null = null): void {
+export function warmLaunchSettled(ctx: ManagerContext, claimed: { child: DetachedChild } | null = null): void {
   if (claimed) stopWatching(claimed.child);
   if (ctx.settings.warmRunners === 0) return;
   const state = stateOf(ctx);
-  if (peeked) state.peeked.delete(peeked.key);
   state.inFlight = Math.max(0, state.inFlight - 1);
   if (state.inFlight === 0) scheduleRefill(ctx, REFILL_DELAY_MS);
 }
