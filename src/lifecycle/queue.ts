@@ -169,7 +169,7 @@ export function handOffNeeded(layout: Layout, now = Date.now()): boolean {
   const roots = Object.values(l.roots);
   if (head.limit <= 0 || roots.length < head.limit) return true;
   // A root bound early (a warm runner not yet told its run) is its launching server's until proceed, as an unbound one.
-  return roots.some((r) => (r.runner && !r.boundEarly ? !isAlive(r.runner) : !isAlive(r.server)));
+  return roots.some((r) => (r.runner !== null && !isAlive(r.runner)) || ((r.runner === null || r.boundEarly) && !isAlive(r.server)));
 }
 
 const running = new WeakMap<Layout, Promise<number>>();

@@ -203,6 +203,8 @@ export function refusalWithoutLock(ctx: ManagerContext): string | null {
       const seen = firstSeenUnbound.get(runId);
       const ttl = Math.max(ctx.settings.handshakeTimeoutMs, r.handshakeMs ?? 0) * 2;
       if (!isAlive(r.server) || (seen !== undefined && now - seen > ttl)) return null;
+      // Bound early and maybe told to proceed since (the flag goes at the next locked prune): its runner's death frees it.
+      if (r.runner !== null && !isAlive(r.runner)) return null;
     }
   }
   return `${roots.length} of ${limit} active runs`;
@@ -222,7 +224,7 @@ let lastStalePruneMs = -Infinity;
 export async function releaseStaleRoots(ctx: ManagerContext): Promise<void> {
   const l = ctx.ledger.peek();
   if (l === null) return;
-  const candidate = Object.values(l.roots).some((r) => (heldByLauncher(r) ? !isAlive(r.server) : !isAlive(r.runner)));
+  const candidate = Object.values(l.roots).some((r) => (r.runner !== null && !isAlive(r.runner)) || (heldByLauncher(r) && !isAlive(r.server)));
   if (!candidate || performance.now() - lastStalePruneMs < STALE_PRUNE_INTERVAL_MS) return;
   lastStalePruneMs = performance.now();
   await ctx.ledger.change((led) => {

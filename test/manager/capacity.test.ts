@@ -115,13 +115,13 @@ describe('capacity refusal without the ledger lock', () => {
     const idle = await liveHolder(); // stands in for an idle runner of the pool, which lives on whatever the launch does
     const me = readIdentity(process.pid)!;
     const ctx = ctxWith(1);
-    const early = (server: ProcessIdentity) => {
+    const early = (server: ProcessIdentity, runner = idle) => {
       const at = new Date().toISOString();
       fs.writeFileSync(path.join(t.home, 'ledger.json'), JSON.stringify({
         v: 1,
-        roots: { 'r-earlybound00000000000000': { at, server, runner: idle, handshakeMs: 10_000, boundEarly: true } },
+        roots: { 'r-earlybound00000000000000': { at, server, runner, handshakeMs: 10_000, boundEarly: true } },
         trees: { 'r-earlybound00000000000000': { used: 1, limit: 64, maxDepth: 3 } },
-        agents: { 'r-earlybound00000000000000:reserved:0': { runner: idle, agent: null, at, root: 'r-earlybound00000000000000' } },
+        agents: { 'r-earlybound00000000000000:reserved:0': { runner, agent: null, at, root: 'r-earlybound00000000000000' } },
       }));
     };
     const prune = () => ctx.ledger.change((l) => { pruneRoots(l, 10_000, ctx.store); });
@@ -132,6 +132,9 @@ describe('capacity refusal without the ledger lock', () => {
     expect(refusalWithoutLock(ctx)).toBe('1 of 1 active runs');
     await prune();
     expect(ledger().roots['r-earlybound00000000000000'].boundEarly).toBe(true);
+    // Its runner dead (it may have been told to proceed since the flag was last looked at): not decided lock-free.
+    early(me, deadIdentity());
+    expect(refusalWithoutLock(ctx)).toBeNull();
 
     // Its launching server died before proceed: the runner alive proves nothing (it may never be told the run, or serve
     // another). Not decided lock-free; pruned under the lock, its reserved agent slot with it.
