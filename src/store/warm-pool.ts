@@ -74,7 +74,7 @@ export class WarmPoolFiles {
    * entry is a file to open and parse.
    */
   *idleEntries(): Generator<IdleEntry> {
-    for (const n of this.names('.idle')) {
+    for (const n of this.longestIdleFirst(this.names('.idle'))) {
       const e = this.entry(n, '.idle');
       if (e) yield e;
     }
@@ -92,6 +92,18 @@ export class WarmPoolFiles {
       out.push({ ...e, sinceMs });
     }
     return out;
+  }
+
+  /**
+   * Idle names, the longest idle first (the oldest announcement): a runner just back from a run is taken last, so it has
+   * time to start its next agent stub (runner/agent-stub.ts), and the pool's runners share the work.
+   */
+  private longestIdleFirst(names: string[]): string[] {
+    if (names.length < 2) return names;
+    const since = new Map(names.map((n) => {
+      try { return [n, fs.statSync(path.join(this.dir, n)).mtimeMs] as const; } catch { return [n, Infinity] as const; }
+    }));
+    return names.sort((a, b) => since.get(a)! - since.get(b)!);
   }
 
   private names(suffix: '.idle' | '.serving'): string[] {
