@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterEach } from 'vitest';
 import { FIXTURE_AGENTS } from '../helpers/paths.js';
+import { isIdlePoolProcess } from '../helpers/warm-pool.js';
 import { startServer, type Started } from '../helpers/server.js';
 import { listProcesses, hasEnvEntry } from '../../src/process/identity.js';
 
@@ -47,11 +48,9 @@ export function liveRunProcesses(home: string): number[] {
       if (fs.existsSync(ready)) groups.add(JSON.parse(fs.readFileSync(ready, 'utf8')).pid);
     } catch { /* being written */ }
   }
-  // A warm runner back in the pool after its run (its command line names the pool again) is no process of that run.
-  const warm = `--warm ${path.join(home, 'warm')}`;
-  const idleInPool = (pid: number) => { try { return fs.readFileSync(`/proc/${pid}/cmdline`, 'latin1').replace(/\0/g, ' ').includes(warm); } catch { return false; } };
+  // A warm runner back in the pool after its run, and the agent stub it keeps, are no process of that run.
   return listProcesses()
-    .filter((p) => p.state !== 'Z' && p.pid !== process.pid && (groups.has(p.pgid) || tokens.some((t) => hasEnvEntry(p.pid, t))) && !idleInPool(p.pid))
+    .filter((p) => p.state !== 'Z' && p.pid !== process.pid && (groups.has(p.pgid) || tokens.some((t) => hasEnvEntry(p.pid, t))) && !isIdlePoolProcess(home, p.pid))
     .map((p) => p.pid);
 }
 
