@@ -24,23 +24,36 @@ function ps(args: string[]): string {
   return execFileSync('ps', args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
 }
 
-/** Parses /proc/<pid>/stat; the command name may contain spaces and parentheses, so fields are read after the last ')'. */
+/**
+ * Parses /proc/<pid>/stat; the command name may contain spaces and parentheses, so fields are read after the last ')'.
+ * Only the first 20 fields after it are split off (fields 3–22; the line has 52): a run's end parses every process
+ * of the machine.
+ */
 function parseStat(pid: number, text: string): ProcessInfo | null {
   const close = text.lastIndexOf(')');
   if (close < 0) return null;
-  const f = text.slice(close + 2).split(' ');
+  const f = text.slice(close + 2).split(' ', 20);
   // f[0] is field 3 (state); field N is f[N - 3].
+  if (f.length < 20) return null;
   return { pid, state: f[0]!, ppid: Number(f[1]), pgid: Number(f[2]), startTime: f[19]! };
+}
+
+/**
+ * /proc/<pid>/stat (`name`: the pid as text), parsed; null when the process is gone. `readFileSync` with 'utf8' is one
+ * call into Node's C++ (open, read, close there): cheaper than reading into a buffer through the fs wrappers.
+ */
+function readStat(pid: number, name: string): ProcessInfo | null {
+  try {
+    return parseStat(pid, fs.readFileSync(`/proc/${name}/stat`, 'utf8'));
+  } catch {
+    return null; // exited meanwhile
+  }
 }
 
 export function readProcessInfo(pid: number): ProcessInfo | null {
   if (!Number.isInteger(pid) || pid <= 0) return null;
   if (HAS_PROC) {
-    try {
-      return parseStat(pid, fs.readFileSync(`/proc/${pid}/stat`, 'utf8'));
-    } catch {
-      return null;
-    }
+    return readStat(pid, String(pid));
   }
   try {
     const out = ps(['-o', 'ppid=,pgid=,stat=,lstart=', '-p', String(pid)]).trim();
@@ -77,12 +90,10 @@ export function listProcesses(): ProcessInfo[] {
   const out: ProcessInfo[] = [];
   if (HAS_PROC) {
     for (const name of fs.readdirSync('/proc')) {
-      if (!/^\d+$/.test(name)) continue;
-      const pid = Number(name);
-      try {
-        const info = parseStat(pid, fs.readFileSync(`/proc/${name}/stat`, 'utf8'));
-        if (info) out.push(info);
-      } catch { /* exited meanwhile */ }
+      const c = name.charCodeAt(0);
+      if (c < 0x30 || c > 0x39) continue; // not a pid (`self`, `sys` …): pid directories are all digits
+      const info = readStat(Number(name), name);
+      if (info) out.push(info);
     }
     return out;
   }
@@ -96,14 +107,20 @@ export function listProcesses(): ProcessInfo[] {
   return out;
 }
 
-/** Whether a process carries `name=value` in its environment (Linux only; same-user processes only). */
+/**
+ * Whether a process carries `name=value` in its environment (Linux only; same-user processes only). Read as 'utf8',
+ * Node's one-call path (another encoding reads in chunks through the JS wrappers), and searched whole with the NULs
+ * that bound each entry: no array of every entry.
+ */
 export function hasEnvEntry(pid: number, entry: string): boolean {
   if (!HAS_PROC) return false;
+  let text: string;
   try {
-    return fs.readFileSync(`/proc/${pid}/environ`, 'latin1').split('\0').includes(entry);
+    text = fs.readFileSync(`/proc/${pid}/environ`, 'utf8');
   } catch {
     return false;
   }
+  return text === entry || text.startsWith(`${entry}\0`) || text.includes(`\0${entry}\0`) || text.endsWith(`\0${entry}`);
 }
 
 /**
