@@ -214,6 +214,28 @@ describe('one run lifecycle: the same accounting from every caller', () => {
     expectTopLevelAccounting(ids.runId);
   }, 40_000);
 
+  it('the ledger goes back before the end is visible: a client that sees the end can launch into the slot', async () => {
+    const ids = fabricate({ nested: false, state: 'running', runner: deadIdentity() });
+    const statusFile = path.join(t.home, 'runs', ids.runId, 'status.json');
+    const seen: string[] = [];
+    // The file ledger, with a look at the stored status before and after each change it makes.
+    const ledgerPort: ManagerContext['ledger'] = {
+      read: () => ctx.ledger.read(),
+      peek: () => ctx.ledger.peek(),
+      change: async (fn, o) => {
+        seen.push((JSON.parse(fs.readFileSync(statusFile, 'utf8')) as RunStatus).state);
+        const v = await ctx.ledger.change(fn, o);
+        seen.push((JSON.parse(fs.readFileSync(statusFile, 'utf8')) as RunStatus).state);
+        return v;
+      },
+    };
+    const r = await m.endRun({ store: ctx.store, ledger: ledgerPort }, ctx.store.readRecord(ids.runId)!, { state: 'failed', error: { code: 'RUNNER_LOST', message: 'x' } });
+    expect([r.ours, r.ledgerReturned]).toEqual([true, true]);
+    expect(seen).toEqual(['running', 'running']);
+    expect(ctx.store.readStatus(ids.runId)!.state).toBe('failed');
+    expectTopLevelAccounting(ids.runId);
+  });
+
   it('a launch that gives up at the handshake', async () => {
     const aborted = new AbortController();
     aborted.abort();
