@@ -57,6 +57,12 @@ export interface EndOptions {
    * it returns is recoverable from liveness alone.
    */
   ledgerDurable?: boolean;
+  /**
+   * Told as soon as the ledger entries are returned, before the status is written: a caller that retries an end whose
+   * status write the disk refused passes `ledgerReturned` then, and nothing is returned twice (a nested run's
+   * unstarted claims would be refunded twice).
+   */
+  onLedgerReturned?: () => void;
 }
 
 export interface EndResult {
@@ -99,6 +105,7 @@ export async function endRun(on: RunEnder, run: EndingRun, end: RunEnd, options:
       try {
         await returnRunLedger(on, run, next, options.ledgerDurable ?? true);
         ledgerReturned = true;
+        options.onLedgerReturned?.();
       } catch (e) {
         ledgerError = e;
       }

@@ -615,7 +615,10 @@ class Executor {
    * holds the run lock. Retried whole by `persistently` after a refused write; the ledger is returned only once.
    */
   private async endLocked(state: EndState, error: StepError | null): Promise<void> {
-    const r = await endRun({ store: this.store, ledger: this.ledger }, this.record, { state, error }, { locked: true, runnerStatus: this.status, ledgerReturned: this.ledgerReturned, ledgerDurable: false });
+    const r = await endRun({ store: this.store, ledger: this.ledger }, this.record, { state, error }, {
+      locked: true, runnerStatus: this.status, ledgerReturned: this.ledgerReturned, ledgerDurable: false,
+      onLedgerReturned: () => { this.ledgerReturned = true; }, // kept when the status write fails and is retried
+    });
     this.ledgerReturned = r.ledgerReturned;
     this.endedHere ||= r.ours;
     this.status = r.status;

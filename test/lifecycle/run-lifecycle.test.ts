@@ -236,6 +236,32 @@ describe('one run lifecycle: the same accounting from every caller', () => {
     expectTopLevelAccounting(ids.runId);
   });
 
+  it('an end whose status write is refused and retried returns the ledger once (a nested run refunds its claims once)', async () => {
+    const ids = fabricate({ nested: true, state: 'running', runner: deadIdentity() });
+    const record = ctx.store.readRecord(ids.runId)!;
+    let refuse = true;
+    // The file store, its terminal write refused once after the work beside it (the ledger's return) is done.
+    const store = new Proxy(ctx.store, {
+      get(target, key, receiver) {
+        if (key !== 'replaceLocked') return Reflect.get(target, key, receiver) as unknown;
+        return async (runId: string, next: RunStatus, alongside?: () => Promise<unknown>) => {
+          if (!refuse) return target.replaceLocked(runId, next, alongside);
+          refuse = false;
+          await alongside?.();
+          throw Object.assign(new Error('ENOSPC: injected'), { code: 'ENOSPC' });
+        };
+      },
+    });
+    let returned = false;
+    const end = () => m.endRun({ store, ledger: ctx.ledger }, record, { state: 'failed', error: { code: 'RUNNER_LOST', message: 'x' } }, { ledgerReturned: returned, onLedgerReturned: () => { returned = true; } });
+    await expect(end()).rejects.toThrow('ENOSPC');
+    expect(returned).toBe(true);
+    expect(ctx.store.readStatus(ids.runId)!.state).toBe('running');
+    const r = await end();
+    expect([r.ours, r.ledgerReturned]).toEqual([true, true]);
+    expectNestedAccounting(ids.runId, ids.rootRunId); // its one unstarted claim back once: used 3 -> 2
+  });
+
   it('a launch that gives up at the handshake', async () => {
     const aborted = new AbortController();
     aborted.abort();
