@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process';
+import { spawn, type ChildProcess } from 'node:child_process';
 import path from 'node:path';
 import { adapterFor } from '../agents/adapters/index.js';
 import type { Invocation, ParsedResult } from '../agents/types.js';
@@ -10,7 +10,8 @@ import type { RunPaths } from '../store/layout.js';
 import { openStateFile } from '../store/state-file.js';
 import type { AgentTaskSpec, RunRecord } from '../store/run-types.js';
 import { LineSplitter, OutputCapture } from './output-capture.js';
-import { openOutputChannel } from './output-channel.js';
+import { openOutputChannel, type OutputChannel } from './output-channel.js';
+import { stubScript, type AgentStub } from './agent-stub.js';
 
 export interface AgentRunInput {
   record: RunRecord;
@@ -29,6 +30,8 @@ export interface AgentRunInput {
   cwd?: string;
   /** Runners of nested runs this agent launched: not stopped with the agent's process tree (their runs end them). */
   spare?: (p: ProcessInfo) => boolean;
+  /** A pre-started process this agent may become instead of being spawned (runner/agent-stub.ts). */
+  stub?: AgentStub | null;
 }
 
 export interface AgentRunResult {
@@ -89,47 +92,23 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
   const err = new OutputCapture(paths.stderr(stepKey), STDERR_CAP_BYTES);
   const lines = parser ? new LineSplitter((l) => parser.onLine(l)) : null;
   const onStdout = (c: Buffer) => { out.write(c); lines?.write(c); };
-  // Our own socket pair for stdout when it can be made (a faster copy, flat memory); else spawn's pipe.
-  const channel = await openOutputChannel(path.join(paths.promptsDir, `${stepKey}.stdout.sock`), onStdout);
-  channel?.reader.on('error', () => {});
-  channel?.agentEnd.on('error', () => {});
-
-  // What the agent's stdout will be, read on our side before our copy goes (escaped descendants still hold it).
-  const stdoutEnd = ownEndOf(channel?.agentEnd);
-  // The agent gets the user's own umask: files it creates in the project must look like the user's, not 0600.
-  const previousUmask = process.umask(record.umask);
-  let child;
-  try {
-    child = spawn(inv.argv[0]!, inv.argv.slice(1), {
-      cwd: input.cwd ?? record.cwd,
-      env,
-      stdio: [inv.taskVia === 'stdin' ? 'pipe' : 'ignore', channel?.agentEnd ?? 'pipe', 'pipe'],
-      // Same process group as the runner (not detached): cancelling the run's group reaches every agent.
-      detached: false,
-      windowsHide: true,
-    });
-  } finally {
-    process.umask(previousUmask);
-    // The agent has its own copy now (or none, if the spawn failed); ours would keep the reader from ever ending.
-    channel?.agentEnd.destroy();
-  }
-
-  const spawned = await new Promise<string | null>((resolve) => {
-    child.once('spawn', () => resolve(null));
-    child.once('error', (e) => resolve((e as NodeJS.ErrnoException).code ?? 'spawn failed'));
-  });
-  if (spawned !== null) {
-    channel?.reader.destroy();
+  const stdinMode = inv.taskVia === 'stdin' ? 'pipe' : 'ignore';
+  const cwd = input.cwd ?? record.cwd;
+  const script = input.stub?.ready ? stubScript({ argv: inv.argv, env, cwd, umask: record.umask, stdin: stdinMode === 'pipe' }) : null;
+  const started = script !== null ? fromStub(input.stub!, script, onStdout) : await spawnAgent(inv.argv, { cwd, env, stdin: stdinMode, umask: record.umask, socketFile: path.join(paths.promptsDir, `${stepKey}.stdout.sock`), onStdout });
+  if (!('child' in started)) {
     out.close();
     err.close();
-    return { exitCode: null, signal: null, outputBytes: 0, outputTruncated: false, parsed: null, stoppedFor: null, spawnError: spawned, process: null, outputWriteError: null, escaped: [] };
+    return { exitCode: null, signal: null, outputBytes: 0, outputTruncated: false, parsed: null, stoppedFor: null, spawnError: started.spawnError, process: null, outputWriteError: null, escaped: [] };
   }
-  const identity = readIdentity(child.pid!) ?? { pid: child.pid!, startTime: 'unknown' };
+  const { child, channel, stdoutEnd, identity } = started;
   input.onStarted(identity);
 
-  if (child.stdin) {
+  if (child.stdin && stdinMode === 'pipe') {
     child.stdin.on('error', () => {}); // an agent that exits without reading its task closes the pipe: EPIPE is not our failure
     child.stdin.end(input.task);
+  } else {
+    child.stdin?.destroy(); // a stub's: the agent's stdin is /dev/null
   }
   child.stdout?.on('data', onStdout);
   child.stderr!.on('data', (c: Buffer) => err.write(c));
@@ -171,6 +150,7 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
   child.stdout?.destroy();
   channel?.reader.destroy();
   child.stderr!.destroy();
+  if (script !== null) input.stub!.release();
   if (stopping) await stopping;
   // Descendants that left both the run's group and its token: the run's sweep cannot find them, so they are stopped
   // here (identity-checked), and reported.
@@ -204,4 +184,65 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
     outputWriteError,
     escaped,
   };
+}
+
+interface StartedAgent {
+  child: ChildProcess;
+  channel: OutputChannel | null;
+  /** What the agent's stdout is, read on our side before our copy went (escaped descendants still hold it). */
+  stdoutEnd: string | null;
+  identity: ProcessIdentity;
+}
+
+/** The agent, from its pre-started stub: one exec, no fork of the runner (runner/agent-stub.ts). */
+function fromStub(stub: AgentStub, script: string, onStdout: (c: Buffer) => void): StartedAgent {
+  stub.onChunk = onStdout;
+  stub.exec(script);
+  return { child: stub.child, channel: stub.channel, stdoutEnd: stub.stdoutEnd, identity: stub.identity };
+}
+
+interface SpawnOptions {
+  cwd: string;
+  env: Record<string, string>;
+  stdin: 'pipe' | 'ignore';
+  umask: number;
+  socketFile: string;
+  onStdout: (c: Buffer) => void;
+}
+
+/** The agent, spawned: argv without a shell, in the runner's process group. */
+async function spawnAgent(argv: string[], o: SpawnOptions): Promise<StartedAgent | { spawnError: string }> {
+  // Our own socket pair for stdout when it can be made (a faster copy, flat memory); else spawn's pipe.
+  const channel = await openOutputChannel(o.socketFile, o.onStdout);
+  channel?.reader.on('error', () => {});
+  channel?.agentEnd.on('error', () => {});
+  // What the agent's stdout will be, read on our side before our copy goes (escaped descendants still hold it).
+  const stdoutEnd = ownEndOf(channel?.agentEnd);
+  // The agent gets the user's own umask: files it creates in the project must look like the user's, not 0600.
+  const previousUmask = process.umask(o.umask);
+  let child: ChildProcess;
+  try {
+    child = spawn(argv[0]!, argv.slice(1), {
+      cwd: o.cwd,
+      env: o.env,
+      stdio: [o.stdin, channel?.agentEnd ?? 'pipe', 'pipe'],
+      // Same process group as the runner (not detached): cancelling the run's group reaches every agent.
+      detached: false,
+      windowsHide: true,
+    });
+  } finally {
+    process.umask(previousUmask);
+    // The agent has its own copy now (or none, if the spawn failed); ours would keep the reader from ever ending.
+    channel?.agentEnd.destroy();
+  }
+  const spawnError = await new Promise<string | null>((resolve) => {
+    child.once('spawn', () => resolve(null));
+    child.once('error', (e) => resolve((e as NodeJS.ErrnoException).code ?? 'spawn failed'));
+  });
+  if (spawnError !== null) {
+    channel?.reader.destroy();
+    return { spawnError };
+  }
+  const identity = readIdentity(child.pid!) ?? { pid: child.pid!, startTime: 'unknown' };
+  return { child, channel, stdoutEnd: stdoutEnd ?? ownEndOf(child.stdout), identity };
 }

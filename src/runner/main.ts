@@ -15,6 +15,10 @@ import { adoptRun, awaitWarmClaim, leaveRun } from './warm-idle.js';
 import { loadCachedBundle, supervisorCacheFile } from './code-cache.js';
 import { installClockJump } from './test-clock.js';
 import type { RunRecord } from '../store/run-types.js';
+import type { AgentStub as AgentStubType } from './agent-stub.js';
+
+/** How long a runner back in the pool waits before it starts its next agent stub. */
+const STUB_DELAY_MS = 30;
 
 /** Test seam: die at a named handshake phase (the reliability matrix kills the runner at each). */
 function fault(phase: string): void {
@@ -63,14 +67,23 @@ async function serveFromPool(warmDir: string): Promise<number> {
   // runners that boot after it (runner/code-cache.ts).
   if (await supervisor.rehearse(warmDir, me)) loaded.saveCache();
   const baseline = await supervisor.reuseBaseline();
+  // The next run's first agent, pre-started while idle (runner/agent-stub.ts): not part of the baseline.
+  let stub: AgentStubType | null = await supervisor.AgentStub.start(warmDir);
   let back = false;
   for (let served = 0; ; ) {
+    // Back from a run, the stub starts a moment later: runs that end together (a burst) have their answers to give
+    // first, and the stub's spawn would take the cores from them. A claim before then spawns its first agent.
+    let starting: Promise<void> | null = null;
+    const later = stub || !back ? null : setTimeout(() => { starting = supervisor.AgentStub.start(warmDir).then((s) => { stub = s; }); }, STUB_DELAY_MS);
     const got = await awaitWarmClaim({
       warmDir, me, build, bootLog, idleMs, claimWaitMs, owner: supervisorOf(bootEnv),
       serving: (claim) => served + 1 < (claim.pool?.maxRuns ?? 1),
       onAnnounced: (key) => { if (back) files.endServing(key); },
     });
+    if (later) clearTimeout(later);
+    if (starting) await starting;
     if (!got) {
+      await stub?.dispose();
       if (bootLog) fs.rmSync(bootLog, { force: true });
       return 0;
     }
@@ -78,7 +91,8 @@ async function serveFromPool(warmDir: string): Promise<number> {
     adoptRun(got.claim, bootLog, paths.runnerLog);
     served++;
     const maxRuns = got.claim.pool?.maxRuns ?? 1;
-    const run = await serveRun(paths, supervisor, served < maxRuns);
+    const run = await serveRun(paths, supervisor, served < maxRuns, stub);
+    stub = null;
     const left = run.clean && served < maxRuns && process.env.SUBAGENTS_TEST_FAULT === undefined ? await supervisor.leftFromRun(baseline) : null;
     if (left) process.stderr.write(`runner: not going back to the warm pool (${left}); exiting\n`);
     const again = left === '' && ownIdle(files, build, me) < (got.claim.pool?.size ?? 0);
@@ -114,7 +128,15 @@ async function main(): Promise<number> {
  * it freed. `clean`: the run ended here cleanly (runner/supervise.ts, `onEnd`) and handed nothing off, so that a warm
  * runner may serve another.
  */
-async function serveRun(paths: RunPaths, preloaded: Supervisor | null, mayServeAgain: boolean): Promise<{ code: number; clean: boolean }> {
+async function serveRun(paths: RunPaths, preloaded: Supervisor | null, mayServeAgain: boolean, agentStub: AgentStubType | null = null): Promise<{ code: number; clean: boolean }> {
+  try {
+    return await serveRunWith(paths, preloaded, mayServeAgain, agentStub);
+  } finally {
+    await agentStub?.dispose(); // unused (the run never reached its first agent): it exits with the run, not after
+  }
+}
+
+async function serveRunWith(paths: RunPaths, preloaded: Supervisor | null, mayServeAgain: boolean, agentStub: AgentStubType | null): Promise<{ code: number; clean: boolean }> {
   installClockJump(process.env.SUBAGENTS_TEST_FAULT);
   fault('before-ready');
   await hangBeforeReady();
@@ -147,7 +169,7 @@ async function serveRun(paths: RunPaths, preloaded: Supervisor | null, mayServeA
   const { supervise, settleLocks, handOffFreedSlot } = preloaded ?? (await loadSupervisor(path.join(path.dirname(path.dirname(paths.dir)), 'warm'))).exports;
   let clean = false;
   try {
-    const host = { processSignals: true, mayServeAgain, onEnd: (ok: boolean) => { clean = ok; } };
+    const host = { processSignals: true, mayServeAgain, agentStub, onEnd: (ok: boolean) => { clean = ok; } };
     const code = await supervise(record, paths, me, claimed, host, MY_ATTEMPT);
     // The slot this run held is free (or was never taken): the head of the queue gets it from us, the one process
     // that knows the moment it freed (docs/limits.md, "The queue"). A runner that launched a queued run is its

@@ -16,6 +16,8 @@ export { settleLocks, reopenLocks } from '../store/lock.js';
 export { handOffFreedSlot } from './hand-off.js';
 export { rehearse } from './rehearsal.js';
 export { reuseBaseline, leftFromRun } from './reuse.js';
+export { AgentStub } from './agent-stub.js';
+import type { AgentStub } from './agent-stub.js';
 import { queueIsEmpty } from '../lifecycle/queue.js';
 import type { CapacityLedger, RunStore } from '../store/ports.js';
 import { fileStatePorts, type StatePorts } from '../lifecycle/state-ports.js';
@@ -97,6 +99,8 @@ export interface SuperviseHost {
    * entries returned, no process of it left, nothing refused. Only then may a warm runner serve another run.
    */
   onEnd?: (clean: boolean) => void;
+  /** A warm runner's pre-started process for the run's first agent (runner/agent-stub.ts); disposed if unused. */
+  agentStub?: AgentStub | null;
 }
 
 /** The detached runner (`runner/main.ts`): one run, the whole process. */
@@ -162,6 +166,8 @@ class Executor {
   private link: DistributedLink | null | undefined;
   private readonly runId: string;
   private readonly worktrees: StepWorktrees;
+  /** For the first agent of the run only; gone (used or disposed) before any sweep of the run's group. */
+  private stub: AgentStub | null;
 
   constructor(
     private readonly record: RunRecord,
@@ -175,6 +181,7 @@ class Executor {
   ) {
     this.specs = [...record.steps];
     this.runId = record.runId;
+    this.stub = host.agentStub ?? null;
     this.worktrees = new StepWorktrees(record, layout, paths);
   }
 
@@ -384,6 +391,7 @@ class Executor {
     const timeoutMs = spec.agent.timeoutMs ?? this.record.defaultStepTimeoutMs;
     const recorded: Promise<unknown>[] = [];
     let result;
+    const stub = this.takeStub();
     try {
       result = await runAgentProcess({
         record: this.record,
@@ -396,6 +404,7 @@ class Executor {
         signal,
         ...(worktree ? { cwd: worktree.cwd } : {}),
         delegateServer: spec.agent.delegate ? delegateServerFor(env) : undefined,
+        stub,
         spare: (p) => isNestedRunner(this.store, this.runId, st.key, p) || isOtherRunsRunner(this.store, p),
         onStarted: (agent) => {
           st.process = agent;
@@ -407,6 +416,7 @@ class Executor {
     } finally {
       budget.revoke();
       await Promise.all(recorded);
+      await stub?.dispose(); // not used by this agent (spawned instead): it exits now, not at the sweep
     }
     await settleChildren(this.store, this.runId, st.key, this.stopReason === 'CANCELLED' ? 'CANCELLED' : 'PARENT_ENDED');
     await this.settleRemoteChildren(st.key, this.stopReason === 'CANCELLED' ? 'CANCELLED' : 'PARENT_ENDED');
@@ -558,8 +568,17 @@ class Executor {
     else if (this.tokenSince === null || Number(agent.startTime) < Number(this.tokenSince)) this.tokenSince = agent.startTime;
   }
 
+  /** The stub for the run's first agent, once; an earlier one not used by its agent is disposed of. */
+  private takeStub(): AgentStub | null {
+    const stub = this.stub;
+    this.stub = null;
+    return stub;
+  }
+
   /** Every process of the run's group or carrying its token, except the runner itself: SIGTERM → grace → SIGKILL. */
   private async sweepLeftovers(): Promise<void> {
+    // A stub no agent became (the run stopped before its first agent, or that agent was spawned) exits on its own.
+    await this.takeStub()?.dispose();
     const since = this.agentStartUnknown || this.tokenSince === null ? this.me.startTime : this.tokenSince;
     const find = () => findRunProcesses({ pgids: [this.me.pid], token: this.record.runToken, since, exclude: [process.pid] });
     const r = await terminateProcesses(find, this.record.killGraceMs);

@@ -153,6 +153,26 @@ describe('warm runner reuse', () => {
     expect(ledger(t!.home).roots).toEqual({});
   });
 
+  it("an idle runner's one child is its agent stub, which the next run's first agent becomes: started before the launch", async () => {
+    if (process.platform !== 'linux' || !['/bin/dash', '/usr/bin/dash'].some((p) => fs.existsSync(p))) return; // no stub here
+    const s = await serve();
+    const childrenOf = (pid: number) => fs.readdirSync(`/proc/${pid}/task`).flatMap((tid) => fs.readFileSync(`/proc/${pid}/task/${tid}/children`, 'utf8').split(' ').filter(Boolean).map(Number));
+    await until(() => idleRunners(t!.home).some((i) => childrenOf(i.pid).length === 1), 'an idle runner with its stub');
+    const idle = idleRunners(t!.home).find((i) => childrenOf(i.pid).length === 1)!;
+    const [stubPid] = childrenOf(idle.pid);
+    expect(fs.readFileSync(`/proc/${stubPid}/environ`, 'latin1')).toBe(''); // nothing of any run, nothing secret
+    expect(fs.readFileSync(`/proc/${stubPid}/cmdline`, 'latin1')).toMatch(/dash\0-c\0/);
+    // The launch takes this runner (the only idle one with SUBAGENTS_WARM_RUNNERS=1) and its first agent is the stub.
+    const runId = await launch(s, 'env', 'via the stub');
+    expect((await finish(s, runId)).state).toBe('completed');
+    const st = statusOf(runId);
+    if (st.runner.pid !== idle.pid) return; // another runner took it (a replacement booted meanwhile): not this case
+    expect(st.steps[0].process.pid).toBe(stubPid);
+    const seen = JSON.parse(fs.readFileSync(path.join(runDir(runId), 'out', '0.txt'), 'utf8')) as { env: Record<string, string> };
+    expect(seen.env.SUBAGENTS_RUN_TOKEN).toBe(readJson(path.join(runDir(runId), 'run.json')).runToken);
+    expect(Object.keys(seen.env).filter((k) => ['PWD', 'OLDPWD', 'SHLVL', '_'].includes(k))).toEqual([]);
+  });
+
   it('SUBAGENTS_WARM_RUNNER_RUNS bounds the runs of one runner: it exits after its last', async () => {
     const s = await serve({ SUBAGENTS_WARM_RUNNER_RUNS: '2' });
     const { second, runner } = await secondRunOnSameRunner(s, 'env');
