@@ -94,32 +94,45 @@ export function isProjectTrusted(projectDir: string, settings: Pick<Settings, 'e
 }
 
 /**
- * The accepted definitions of one directory, sorted by file name; everything refused goes to `refused`. Within one
+ * The accepted definitions of one directory, sorted by file name; everything refused goes to `outer`. Within one
  * directory a name defined twice is ambiguous: the first file by name wins, the others are refused.
  */
-function readAgentDir(d: AgentDir, trusted: boolean, maxTimeoutMs: number, refused: RefusedAgent[]): AgentDefinition[] {
+function readAgentDir(d: AgentDir, trusted: boolean, maxTimeoutMs: number, outer: RefusedAgent[]): AgentDefinition[] {
   let dirReal: string;
   let entries: string[];
+  let dirKey: string | null;
+  const terms = JSON.stringify([d.dir, d.source, d.fixedBackend ?? null, d.mustBeInside ?? null, trusted, maxTimeoutMs]);
   try {
     dirReal = realpathOf(d.dir);
-    if (!fs.statSync(dirReal).isDirectory()) return [];
+    const st = fs.statSync(dirReal, { bigint: true });
+    if (!st.isDirectory()) return [];
+    dirKey = settledKey(st);
+    const hit = dirKey === null ? undefined : dirReads.get(dirReal);
+    if (hit && hit.dirKey === dirKey && hit.terms === terms && hit.files.every(([name, key]) => fileKeyOf(path.join(dirReal, name)) === key)) {
+      outer.push(...structuredClone(hit.refused));
+      return structuredClone(hit.accepted);
+    }
     entries = fs.readdirSync(dirReal);
   } catch (e) {
     const code = errnoCode(e);
     if (code === 'ENOENT' || code === 'ENOTDIR') return []; // no such directory: nothing defined there
-    refused.push({ path: d.dir, source: d.source, reason: `the directory cannot be read (${code ?? 'error'})` });
+    outer.push({ path: d.dir, source: d.source, reason: `the directory cannot be read (${code ?? 'error'})` });
     return [];
   }
   if (d.mustBeInside !== undefined && !isInside(d.mustBeInside, dirReal)) {
     // A repository's `.claude/agents` linked to somewhere else would read files the project does not own.
-    refused.push({ path: d.dir, source: d.source, reason: 'the directory is a symlink that leaves the project; its files are not read' });
+    outer.push({ path: d.dir, source: d.source, reason: 'the directory is a symlink that leaves the project; its files are not read' });
     return [];
   }
 
   const accepted: AgentDefinition[] = [];
+  const refused: RefusedAgent[] = [];
   const firstFileOf = new Map<string, string>();
   // Dot files are skipped: editors leave lock files and backups there (emacs `.#x.md` is a dangling symlink).
-  for (const entry of entries.filter((n) => n.endsWith('.md') && !n.startsWith('.')).sort()) {
+  const names = entries.filter((n) => n.endsWith('.md') && !n.startsWith('.')).sort();
+  // Each file's identity before it is read: a change after this look makes the next look differ.
+  const files = names.map((n): [string, string | null] => [n, fileKeyOf(path.join(dirReal, n))]);
+  for (const entry of names) {
     const reachedBy = path.join(d.dir, entry);
     const read = readAgentFile(dirReal, entry);
     if (!read.ok) {
@@ -145,7 +158,44 @@ function readAgentDir(d: AgentDir, trusted: boolean, maxTimeoutMs: number, refus
     firstFileOf.set(parsed.def.name, entry);
     accepted.push(parsed.def);
   }
+  outer.push(...refused);
+  if (dirKey !== null && files.every(([, key]) => key !== null)) {
+    if (dirReads.size >= MAX_REMEMBERED_DIRS) dirReads.clear();
+    dirReads.set(dirReal, { dirKey, terms, files: files as Array<[string, string]>, accepted: structuredClone(accepted), refused: structuredClone(refused) });
+  } else {
+    dirReads.delete(dirReal);
+  }
   return accepted;
+}
+
+/**
+ * The last read of each agent directory, reused while the directory and each of its files are as they were: same
+ * inode, size, modification and change times (a directory's times change when an entry is added, removed or renamed;
+ * a file's change time whenever it is written, renamed or its mode changes, and nobody can set it back). Every launch
+ * resolves its agents from the directories as they are now (an edit takes effect at the next launch); reading and
+ * checking every file again was most of a launch's catalog work. Only identities older than the clock's granularity
+ * count (`settledKey`): a file written twice within one tick of the file system's clock keeps its times.
+ */
+interface DirRead { dirKey: string; terms: string; files: Array<[string, string]>; accepted: AgentDefinition[]; refused: RefusedAgent[] }
+const dirReads = new Map<string, DirRead>();
+const MAX_REMEMBERED_DIRS = 64;
+/** File times are kernel ticks (a few ms); an identity is trusted once its latest time is this far in the past. */
+const SETTLED_MS = 1000n;
+
+function settledKey(st: fs.BigIntStats): string | null {
+  const latestNs = st.mtimeNs > st.ctimeNs ? st.mtimeNs : st.ctimeNs;
+  if (BigInt(Date.now()) * 1_000_000n - latestNs < SETTLED_MS * 1_000_000n) return null;
+  return `${st.dev}:${st.ino}:${st.size}:${st.mode}:${st.mtimeNs}:${st.ctimeNs}`;
+}
+
+/** A directory entry's identity (null: missing, too recent to trust, or a symlink, whose target may change unseen). */
+function fileKeyOf(file: string): string | null {
+  try {
+    const st = fs.lstatSync(file, { bigint: true });
+    return st.isSymbolicLink() ? null : settledKey(st);
+  } catch {
+    return null;
+  }
 }
 
 /**

@@ -168,7 +168,8 @@ export function handOffNeeded(layout: Layout, now = Date.now()): boolean {
   const head = waiting[0]![1];
   const roots = Object.values(l.roots);
   if (head.limit <= 0 || roots.length < head.limit) return true;
-  return roots.some((r) => (r.runner ? !isAlive(r.runner) : !isAlive(r.server)));
+  // A root bound early (a warm runner not yet told its run) is its launching server's until proceed, as an unbound one.
+  return roots.some((r) => (r.runner !== null && !isAlive(r.runner)) || ((r.runner === null || r.boundEarly) && !isAlive(r.server)));
 }
 
 const running = new WeakMap<Layout, Promise<number>>();

@@ -1,47 +1,71 @@
+import fs from 'node:fs';
 import { SubagentError } from '../errors.js';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, runnerGroups } from '../process/terminate.js';
 import { pruneAgentSlots } from '../lifecycle/agent-slots.js';
-import type { Ledger } from '../store/ledger.js';
+import type { Ledger, RootReservation } from '../store/ledger.js';
 import type { RunStore } from '../store/ports.js';
 import { returnRunLocked } from '../lifecycle/run-lifecycle.js';
 import { treeIsLive } from '../lifecycle/run-tree.js';
 import { queuePosition, waitingCount, waitingLength } from '../lifecycle/queue.js';
 import type { ManagerContext } from './context.js';
 
-/** When this process first saw each unbound reservation (monotonic clock: wall-clock jumps change nothing). */
+/** When this process first saw each reservation held by its launching server (monotonic clock: wall-clock jumps change nothing). */
 const firstSeenUnbound = new Map<string, number>();
 
 /**
- * Drops reservations whose end is proven: an unbound one whose launching server is dead, or that this process has
- * seen unbound for longer than twice the launching server's handshake timeout (the launch has given up by then, and
- * its bind fails); a bound one whose runner is dead, whose process group is empty, of whose tree no agent slot is live
- * and no nested run may still be going (a root holds its slot until its whole tree has ended: a runner that ends with
- * its tree still live leaves its slot to this). Trees whose root holds no slot any more are dropped: nothing can be
- * launched into them. Call after `pruneAgentSlots`.
+ * Whether a root is still its launching server's to hold: unbound, or bound in the reservation to a warm runner whose
+ * run has no `proceed` yet (that runner may never be told the run, or serve another: `boundEarly`).
+ */
+function heldByLauncher(r: RootReservation): boolean {
+  return r.runner === null || r.boundEarly === true;
+}
+
+/**
+ * Drops reservations whose end is proven: one held by its launching server (unbound, or bound early and not yet told
+ * to proceed) whose server is dead, or that this process has seen so for longer than twice the launching server's
+ * handshake timeout (the launch has given up by then: its bind fails, and it says proceed only within one handshake
+ * timeout of its reservation); a bound one whose runner is dead, whose process group is empty, of whose tree no agent
+ * slot is live and no nested run may still be going (a root holds its slot until its whole tree has ended: a runner
+ * that ends with its tree still live leaves its slot to this). An early-bound root whose run has its `proceed` is an
+ * ordinary bound one from then on. Trees whose root holds no slot any more are dropped: nothing can be launched into
+ * them. Call after `pruneAgentSlots`.
  */
 export function pruneRoots(l: Ledger, handshakeTimeoutMs: number, store: RunStore): void {
   const now = performance.now();
   for (const [runId, r] of Object.entries(l.roots)) {
-    if (r.runner === null) {
+    if (r.boundEarly && proceedSaid(store, runId)) delete r.boundEarly;
+    if (heldByLauncher(r)) {
       const seen = firstSeenUnbound.get(runId) ?? now;
       firstSeenUnbound.set(runId, seen);
       const ttl = Math.max(handshakeTimeoutMs, r.handshakeMs ?? 0) * 2;
       if (!isAlive(r.server) || now - seen > ttl) {
         delete l.roots[runId];
         firstSeenUnbound.delete(runId);
+        // Its reserved agent slot names the warm runner it was bound to, which lives on: it goes with the root.
+        if (r.runner !== null) dropReservedSlots(l, runId);
       }
     } else {
       firstSeenUnbound.delete(runId);
       if (isAlive(r.runner)) continue;
       if (treeIsLive(l, store, runId)) continue;
-      if (findRunProcesses({ pgids: runnerGroups(r.runner) }).length === 0) delete l.roots[runId];
+      if (findRunProcesses({ pgids: runnerGroups(r.runner!) }).length === 0) delete l.roots[runId];
     }
   }
   for (const root of Object.keys(l.trees)) {
     if (!l.roots[root] && !l.queue?.[root]) delete l.trees[root]; // a queued run's tree holds its claims from acceptance
   }
   for (const runId of firstSeenUnbound.keys()) if (!l.roots[runId]) firstSeenUnbound.delete(runId);
+}
+
+/** Whether the run's launcher has said proceed (its runner may have started the run): the file stays for the run's life. */
+function proceedSaid(store: RunStore, runId: string): boolean {
+  try { return fs.existsSync(store.paths(runId).proceed); } catch { return false; } // a malformed id names no run
+}
+
+function dropReservedSlots(l: Ledger, runId: string): void {
+  const prefix = `${runId}:reserved:`;
+  for (const [key, slot] of Object.entries(l.agents)) if (key.startsWith(prefix) && slot.agent === null) delete l.agents[key];
 }
 
 
@@ -62,6 +86,12 @@ export interface ReserveRequest {
    * agent without a ledger section of its own (src/lifecycle/agent-slots.ts, `adoptReserved`).
    */
   firstAgent?: { maxAgents: number } | null;
+  /**
+   * A top-level launch that found a warm runner (manager/warm-pool.ts, `peekWarmRunner`): the reservation is bound to
+   * it at once (`boundEarly`), one ledger section per launch instead of two. Its launch then claims exactly that
+   * runner, or binds again to the one it did get (docs/architecture.md, "Warm runners").
+   */
+  runner?: ProcessIdentity | null;
   treeLimits: { maxSpawns: number; maxDepth: number };
 }
 
@@ -70,7 +100,10 @@ export interface Reservation {
   fanout: { used: number; limit: number; remaining: number };
 }
 
-/** Under the ledger lock: capacity (top-level), agent slots (nested), fan-out claims. Nothing is written on refusal. */
+/**
+ * Under the ledger lock: capacity (top-level), agent slots (nested), fan-out claims, and with `runner` the bind too.
+ * Nothing is written on refusal.
+ */
 export async function reserve(ctx: ManagerContext, req: ReserveRequest): Promise<Reservation> {
   const { settings } = ctx;
   return ctx.ledger.change((l) => {
@@ -107,9 +140,10 @@ export async function reserve(ctx: ManagerContext, req: ReserveRequest): Promise
     l.trees[rootId] = tree!;
     const at = new Date().toISOString();
     if (!req.nested) {
-      l.roots[req.runId] = { at, server: ctx.server, runner: null, handshakeMs: settings.handshakeTimeoutMs };
+      const runner = req.runner ?? null;
+      l.roots[req.runId] = { at, server: ctx.server, runner, handshakeMs: settings.handshakeTimeoutMs, ...(runner ? { boundEarly: true as const } : {}) };
       if (req.firstAgent && Object.keys(l.agents).length < req.firstAgent.maxAgents) {
-        l.agents[`${req.runId}:reserved:0`] = { runner: ctx.server, agent: null, at, root: req.runId };
+        l.agents[`${req.runId}:reserved:0`] = { runner: runner ?? ctx.server, agent: null, at, root: req.runId };
       }
     } else {
       for (let i = 0; i < req.nested.agentSlots; i++) l.agents[`${req.runId}:reserved:${i}`] = { runner: ctx.server, agent: null, at, root: rootId };
@@ -131,6 +165,7 @@ export async function bindReservation(ctx: ManagerContext, runId: string, runner
       const r = l.roots[runId];
       if (!r) throw new SubagentError('HANDSHAKE_FAILED', 'the capacity reservation expired before the runner was ready');
       r.runner = runner;
+      delete r.boundEarly; // bound to the runner this launch holds: an ordinary bound reservation
     }
     for (const [key, slot] of Object.entries(l.agents)) if (key.startsWith(`${runId}:reserved:`)) slot.runner = runner;
     // Not fsynced (docs/contract.md, invariant 1): only a crash of the machine loses it, which leaves the launching
@@ -162,12 +197,14 @@ export function refusalWithoutLock(ctx: ManagerContext): string | null {
   if (roots.length < limit) return null;
   const now = performance.now();
   for (const [runId, r] of roots) {
-    if (r.runner !== null) {
+    if (!heldByLauncher(r)) {
       if (!isAlive(r.runner)) return null;
     } else {
       const seen = firstSeenUnbound.get(runId);
       const ttl = Math.max(ctx.settings.handshakeTimeoutMs, r.handshakeMs ?? 0) * 2;
       if (!isAlive(r.server) || (seen !== undefined && now - seen > ttl)) return null;
+      // Bound early and maybe told to proceed since (the flag goes at the next locked prune): its runner's death frees it.
+      if (r.runner !== null && !isAlive(r.runner)) return null;
     }
   }
   return `${roots.length} of ${limit} active runs`;
@@ -187,7 +224,7 @@ let lastStalePruneMs = -Infinity;
 export async function releaseStaleRoots(ctx: ManagerContext): Promise<void> {
   const l = ctx.ledger.peek();
   if (l === null) return;
-  const candidate = Object.values(l.roots).some((r) => (r.runner !== null ? !isAlive(r.runner) : !isAlive(r.server)));
+  const candidate = Object.values(l.roots).some((r) => (r.runner !== null && !isAlive(r.runner)) || (heldByLauncher(r) && !isAlive(r.server)));
   if (!candidate || performance.now() - lastStalePruneMs < STALE_PRUNE_INTERVAL_MS) return;
   lastStalePruneMs = performance.now();
   await ctx.ledger.change((led) => {

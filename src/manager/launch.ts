@@ -19,7 +19,7 @@ import { bindReservation, pruneRoots, refusalWithoutLock, releaseReservation, re
 import { RUNNER_MAIN, type ManagerContext } from './context.js';
 import { awaitReady, handshakeError, HandshakeFailure, proceedAndAwaitStart, type HandshakePhase } from '../lifecycle/handshake.js';
 import { checkNesting } from './nesting.js';
-import { claimWarmRunner, warmLaunchSettled } from './warm-pool.js';
+import { claimWarmRunner, forgetPeek, peekWarmRunner, takeForTest, warmLaunchSettled } from './warm-pool.js';
 import { resolveRunCwd } from './roots.js';
 import { indexRun, ownActiveRuns } from './listing.js';
 import { originalUmask } from './original-umask.js';
@@ -186,7 +186,15 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
   // Reserved first (docs/contract.md, "Run states"). While the reservation's ledger write is on the disk, this thread writes the run's
   // directory under a hidden name: nothing sees it until it is published, after the reservation holds.
   const firstAgent = !nesting && steps[0]?.kind === 'agent' ? { maxAgents: settings.maxAgents } : null;
-  const reserving = reserve(ctx, { runId, claims: paths.length, claimPaths: paths, nested, firstAgent, treeLimits: limits });
+  // An idle runner of the pool, looked at now: a top-level reservation is bound to it in the same ledger section, and
+  // the launch then claims that very runner (docs/architecture.md, "Warm runners"). A nested launch's agent slots are
+  // bound as before, to the runner it gets (they have no root to be held by its server).
+  const peeked = peekWarmRunner(ctx);
+  const boundTo = nesting || !peeked ? null : { pid: peeked.pid, startTime: peeked.startTime };
+  // An early-bound reservation is pruned as its server's own once seen for twice the handshake timeout without a
+  // proceed (manager/capacity.ts, `pruneRoots`): this launch says proceed within one, or not at all.
+  const proceedBy = performance.now() + handshakeTimeoutMs;
+  const reserving = reserve(ctx, { runId, claims: paths.length, claimPaths: paths, nested, firstAgent, treeLimits: limits, runner: boundTo });
   reserving.catch(() => {}); // awaited below
   let prepared: PreparedRun | null = null;
   let prepareFailure: unknown = null;
@@ -201,7 +209,10 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
   try {
     reservation = await reserving;
     testFault(ctx, 'server-after-reserve');
+    // Test seam: the runner the reservation was bound to is taken by "another server" before this launch's claim.
+    if (peeked && ctx.env.SUBAGENTS_TEST_FAULT === 'warm-taken-after-reserve') takeForTest(ctx, peeked);
   } catch (e) {
+    forgetPeek(ctx, peeked);
     if (prepared) ctx.store.discard(prepared);
     if (e instanceof SubagentError && e.code === 'CAPACITY_EXHAUSTED' && !nesting) {
       if (queueing) return queued();
@@ -220,6 +231,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
     created = await ctx.store.publish(prepared, indexed);
     if (nesting) ctx.store.addChild(nesting.parentRunId, runId, nesting.parentStepKey);
   } catch (e) {
+    forgetPeek(ctx, peeked);
     await releaseReservation(ctx, runId, rootRunId, paths.length).catch(() => {});
     removeQuietly(ctx.store.layout.runDir(runId));
     if (e instanceof SubagentError) throw e;
@@ -240,16 +252,20 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
     // A launch abandoned before its spawn (the server shutting down) starts no runner at all.
     if (o.signal.aborted) throw new HandshakeFailure('spawn', 'the launch was cancelled or the server is shutting down', null);
     const env = runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord), envFor);
-    // A pre-booted idle runner when the home has one (manager/warm-pool.ts), else one booted for this run.
+    // A pre-booted idle runner when the home has one (manager/warm-pool.ts): the one the reservation is bound to
+    // unless another server took it meanwhile; else one booted for this run.
     askedWarmPool = true;
-    warm = claimWarmRunner(ctx, runPaths.dir, env);
+    warm = claimWarmRunner(ctx, runPaths.dir, env, peeked);
+    forgetPeek(ctx, peeked);
     child = warm?.child
       ?? await spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env, logFile: runPaths.runnerLog });
     testFault(ctx, 'server-after-spawn');
     // Bound while the runner boots (the server is idle for those ~30 ms): to the process we started, as /proc shows
     // it now. Its ready report must then name exactly this process, or the launch fails and releases what it holds.
+    // A warm runner the reservation was bound to already needs no second section.
     const spawned = warm ? warm.runner : child.pid === undefined ? null : readIdentity(child.pid);
-    const early = spawned ? bindReservation(ctx, runId, spawned, nesting !== null) : null;
+    const boundAlready = boundTo !== null && spawned !== null && sameProcess(boundTo, spawned);
+    const early = spawned && !boundAlready ? bindReservation(ctx, runId, spawned, nesting !== null) : null;
     early?.catch(() => {}); // awaited after ready
     const wait = { paths: runPaths, child, deadline, signal: o.signal };
     // A warm runner's identity was proven before its claim (announced, then found alive under it once taken), and
@@ -262,10 +278,11 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
     if (spawned && spawned.startTime !== runner.startTime) {
       throw new HandshakeFailure('ready', 'the ready report does not match the runner process that was started', null);
     }
-    await (early ?? bindReservation(ctx, runId, runner, nesting !== null));
+    if (!boundAlready) await (early ?? bindReservation(ctx, runId, runner, nesting !== null));
     await created.durable; // nothing starts, and nothing is acknowledged, of a run whose directory is not on disk
     testFault(ctx, 'server-after-bind');
     phase = 'proceed';
+    if (boundAlready && performance.now() > proceedBy) throw new HandshakeFailure('proceed', 'the handshake timed out (SUBAGENTS_HANDSHAKE_TIMEOUT_MS)', runner);
     started = await proceedAndAwaitStart(wait, runner);
     // Only the runner sets startedAt (when it claims the start): a run that already ran and ended — a first step that
     // failed at once — started all the same.
@@ -280,6 +297,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
     if (!nesting) void serveQueue(ctx); // the slot this launch gave back goes to the queue's head
     throw handshakeError(failure, runId);
   } finally {
+    forgetPeek(ctx, peeked);
     if (askedWarmPool) warmLaunchSettled(ctx, warm);
   }
   ctx.store.event(runId, { type: 'launched', runnerPid: runner.pid });
@@ -397,6 +415,10 @@ async function abandonLaunch(ctx: ManagerContext, record: RunRecord, f: Handshak
     }
   }
   return ended ? 'failed' : 'unrecorded';
+}
+
+function sameProcess(a: { pid: number; startTime: string }, b: { pid: number; startTime: string }): boolean {
+  return a.pid === b.pid && a.startTime === b.startTime;
 }
 
 function processExists(pid: number): boolean {

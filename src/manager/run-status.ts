@@ -1,9 +1,10 @@
 import { SubagentError } from '../errors.js';
+import { isAlive } from '../process/identity.js';
 import { watchRunDirs } from './run-files.js';
 import type { DirWatch } from '../wait.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { capacitySnapshot, releaseStaleRoots } from './capacity.js';
-import { queuePosition } from '../lifecycle/queue.js';
+import { handOffNeeded, queuePosition } from '../lifecycle/queue.js';
 import { serveQueue } from './queue.js';
 
 /**
@@ -11,6 +12,9 @@ import { serveQueue } from './queue.js';
  * answer need not wait for it (its state change wakes a waiting status anyway).
  */
 async function serveQueueQuickly(ctx: ManagerContext): Promise<void> {
+  // The lock-free look that serveQueue makes first: with nothing to hand off (nearly always) no timer is armed, and
+  // the answer does not wait for one.
+  if (ctx.nesting || !handOffNeeded(ctx.layout)) return;
   await Promise.race([serveQueue(ctx), new Promise((r) => setTimeout(r, 0))]);
 }
 import type { ManagerContext } from './context.js';
@@ -38,7 +42,8 @@ export const LIST_MAX_RUNS = 200;
 /** Reads a status, reconciling it first if its runner is gone (docs/contract.md, "Run states": listings reconcile what they return). */
 export async function freshStatus(ctx: ManagerContext, runId: string): Promise<RunStatus> {
   let s = ctx.store.readStatus(runId);
-  if (s && !isTerminalRun(s.state)) {
+  // A running run whose runner lives needs nothing (reconcileRun's own first look, without reading the file twice more).
+  if (s && !isTerminalRun(s.state) && !(s.state === 'running' && isAlive(s.runner))) {
     await reconcileRun(ctx, runId);
     s = ctx.store.readStatus(runId);
   }

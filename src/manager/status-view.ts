@@ -136,7 +136,7 @@ function lastActivity(paths: RunPaths, status: RunStatus): string {
 /** The full status of one run (docs/contract.md, "Tools"), inline text bounded by `outputBytes` across the whole result. */
 export function renderRun(ctx: ManagerContext, record: RunRecord, status: RunStatus, outputBytes = DEFAULT_OUTPUT_BYTES): RunView {
   const paths = ctx.store.paths(record.runId);
-  const appends = ctx.store.readAppends(record.runId);
+  const appends = record.mode === 'chain' ? ctx.store.readAppends(record.runId) : []; // only chains take appends
   let steps = [...status.steps, ...untakenAppends(record, status, appends)];
   const children = ctx.store.children(record.runId);
   const flat = (list: StepStatus[]): StepStatus[] => list.flatMap((s) => (s.members ? [s, ...s.members] : [s]));

@@ -36,8 +36,10 @@ interface PoolState {
   /** Runners this server started that have not announced themselves yet, by pid, with when to stop counting them. */
   booting: Map<number, number>;
   spawning: number;
-  /** Launches between their claim (or boot) of a runner and their answer. */
+  /** Launches between their look at the pool and their answer. */
   inFlight: number;
+  /** Idle runners a launch of this server in flight has looked at (`peekWarmRunner`) and means to take. */
+  peeked: Set<string>;
   timer: NodeJS.Timeout | null;
   /** Launches that wanted a runner since the last refill. */
   demand: number;
@@ -48,7 +50,7 @@ const pools = new WeakMap<ManagerContext, PoolState>();
 
 function stateOf(ctx: ManagerContext): PoolState {
   let s = pools.get(ctx);
-  if (!s) pools.set(ctx, (s = { booting: new Map(), spawning: 0, inFlight: 0, timer: null, demand: 0, peak: { size: 0, at: 0 } }));
+  if (!s) pools.set(ctx, (s = { booting: new Map(), spawning: 0, inFlight: 0, peeked: new Set(), timer: null, demand: 0, peak: { size: 0, at: 0 } }));
   return s;
 }
 
@@ -76,19 +78,52 @@ function ownIdle(files: WarmPoolFiles): IdleEntry[] {
   return files.listIdle().filter((e) => e.build === build);
 }
 
+/** Idle runners of this build, read one at a time as the caller goes on. */
+function* ownIdleLazily(files: WarmPoolFiles): Generator<IdleEntry> {
+  const build = ownBuild();
+  for (const e of files.idleEntries()) if (e.build === build) yield e;
+}
+
 /**
- * Takes an idle runner for the run in `runDir` and hands it the run's environment; null when the pool is off or empty
- * (the launch boots one). The returned child reports the runner's death during the handshake, as a spawned one would;
- * `runner` is its identity as announced and found alive after it was taken: the claim reaches that process alone.
+ * A launch's first look at the pool, before its reservation: an idle runner of this build, found alive, which the
+ * reservation is bound to at once (manager/capacity.ts, `reserve`) and `claimWarmRunner` then tries first; null when
+ * the pool is off or has none. Entries only read, nothing taken: a launch that is refused or queued leaves the pool
+ * as it was. A launch that got one calls `forgetPeek` once it no longer needs it.
  */
-export function claimWarmRunner(ctx: ManagerContext, runDir: string, env: Record<string, string>): { child: DetachedChild; runner: ProcessIdentity } | null {
+export function peekWarmRunner(ctx: ManagerContext): IdleEntry | null {
   if (ctx.settings.warmRunners === 0) return null;
   const state = stateOf(ctx);
+  const files = filesOf(ctx);
+  for (const e of ownIdleLazily(files)) {
+    if (state.peeked.has(e.key)) continue; // another launch of this server has it in view: a burst spreads over the pool
+    if (!isAlive(e)) { files.forget(e.key, e.log); continue; } // an idle runner that died costs nothing
+    state.peeked.add(e.key);
+    return e;
+  }
+  return null;
+}
+
+/**
+ * Takes an idle runner for the run in `runDir` and hands it the run's environment: the `peeked` one if it is still
+ * idle, else any other; null when the pool is off or empty (the launch boots one). The returned child reports the
+ * runner's death during the handshake, as a spawned one would; `runner` is its identity as announced and found alive
+ * after it was taken: the claim reaches that process alone.
+ */
+export function claimWarmRunner(ctx: ManagerContext, runDir: string, env: Record<string, string>, peeked: IdleEntry | null): { child: DetachedChild; runner: ProcessIdentity } | null {
+  if (ctx.settings.warmRunners === 0) return null;
+  const state = stateOf(ctx);
+  // Counted from the claim (not the look): a refill runs in a gap between launches, and a loop's next launch is
+  // looking at the pool by the time the last one's refill is due.
   state.demand++;
   state.inFlight++;
   const files = filesOf(ctx);
-  for (const e of ownIdle(files)) {
-    if (!isAlive(e)) { files.forget(e.key, e.log); continue; } // an idle runner that died costs nothing
+  const candidates = function* () {
+    if (peeked) yield peeked;
+    for (const e of ownIdleLazily(files)) if (e.key !== peeked?.key && !state.peeked.has(e.key)) yield e;
+  };
+  for (const e of candidates()) {
+    // A take first: one rename, and a runner found dead after it (the same /proc read that proves a live one) is
+    // only forgotten.
     if (!files.take(e.key)) continue; // another server's, or it retired
     if (!isAlive(e)) { files.forget(e.key, e.log); continue; }
     state.booting.delete(e.pid); // announced and taken: no longer one of ours on its way up
@@ -102,6 +137,16 @@ export function claimWarmRunner(ctx: ManagerContext, runDir: string, env: Record
     return { child: watched(e, ctx.settings.handshakeTimeoutMs), runner: { pid: e.pid, startTime: e.startTime } };
   }
   return null;
+}
+
+/** Test seam (SUBAGENTS_TEST_FAULT=warm-taken-after-reserve): an idle runner taken as another server's claim takes it. */
+export function takeForTest(ctx: ManagerContext, e: IdleEntry): void {
+  filesOf(ctx).take(e.key);
+}
+
+/** A launch is done with the runner it looked at (claimed, lost to another server, or never needed). */
+export function forgetPeek(ctx: ManagerContext, peeked: IdleEntry | null): void {
+  if (peeked) stateOf(ctx).peeked.delete(peeked.key);
 }
 
 /**

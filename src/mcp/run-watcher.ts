@@ -234,7 +234,8 @@ export class RunWatcher {
         void reconcileRun(this.ctx, m.runId).catch(() => {});
       }
       let appends = 0;
-      try { appends = fs.readdirSync(this.ctx.store.paths(m.runId).appendsDir).length; } catch { /* none */ }
+      // Only chains take appended steps (docs/contract.md, "Tools"): other runs have no appends directory to list.
+      if (m.mode === 'chain') try { appends = fs.readdirSync(this.ctx.store.paths(m.runId).appendsDir).length; } catch { /* none */ }
       return { state, fp: `${statusFp}|${appends}`, statusKey, statusFp };
     } catch {
       return null;

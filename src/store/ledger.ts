@@ -12,6 +12,12 @@ export interface RootReservation {
   runner: ProcessIdentity | null;
   /** The launching server's handshake timeout: an unbound reservation is never reclaimed before twice this. */
   handshakeMs?: number;
+  /**
+   * Bound in the reservation itself, to a warm runner not yet told its run (docs/architecture.md, "Warm runners"):
+   * until the run's `proceed` exists, the launching server holds it as it holds an unbound one (pruned once that
+   * server is dead or past twice its handshake timeout), whatever that runner does meanwhile.
+   */
+  boundEarly?: true;
 }
 
 /** A run tree's fan-out budget and depth limit, fixed when its root was launched. */

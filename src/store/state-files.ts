@@ -86,7 +86,7 @@ export const ReadyFile = z.looseObject({ pid: z.number(), startTime: z.string() 
 /** `ledger.json`. */
 export const LedgerFile = z.object({
   v: z.literal(1),
-  roots: z.record(z.string(), z.looseObject({ at: z.string(), server: identity, runner: nullableIdentity, handshakeMs: z.optional(z.number()) })),
+  roots: z.record(z.string(), z.looseObject({ at: z.string(), server: identity, runner: nullableIdentity, handshakeMs: z.optional(z.number()), boundEarly: z.optional(z.literal(true)) })),
   trees: z.record(z.string(), z.looseObject({ used: z.number(), limit: z.number(), maxDepth: z.number() })),
   agents: z.record(z.string(), z.looseObject({ runner: identity, agent: nullableIdentity, at: z.string(), root: z.optional(z.string()) })),
   queue: z.optional(z.record(z.string(), z.looseObject({

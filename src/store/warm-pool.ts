@@ -64,36 +64,63 @@ export class WarmPoolFiles {
 
   isIdle(key: string): boolean { return fs.existsSync(this.file(key, 'idle')); }
 
-  /** The idle runners announced, oldest name first; unreadable entries are skipped (a writer mid-rename). */
+  /** The idle runners announced; unreadable entries are skipped (a writer mid-rename). */
   listIdle(): IdleEntry[] {
-    return this.list('.idle');
+    return [...this.idleEntries()];
+  }
+
+  /**
+   * The same, read one entry at a time as the caller goes on: a claim usually needs the first one only, and each
+   * entry is a file to open and parse.
+   */
+  *idleEntries(): Generator<IdleEntry> {
+    for (const n of this.longestIdleFirst(this.names('.idle'))) {
+      const e = this.entry(n, '.idle');
+      if (e) yield e;
+    }
   }
 
   /** The runners serving a run that may bring them back to the pool (`<key>.serving`, renamed from their `.taken`). */
   listServing(): ServingEntry[] {
-    return this.list('.serving').map((e) => {
+    const out: ServingEntry[] = [];
+    for (const n of this.names('.serving')) {
+      const e = this.entry(n, '.serving');
+      if (!e) continue;
       let sinceMs = 0;
       // The rename kept the file's mtime (its announcement); its ctime is the rename's, i.e. the claim's.
-      try { sinceMs = fs.statSync(path.join(this.dir, `${e.key}.serving`)).ctimeMs; } catch { /* gone meanwhile: counted as old */ }
-      return { ...e, sinceMs };
-    });
-  }
-
-  private list(suffix: '.idle' | '.serving'): IdleEntry[] {
-    let names: string[];
-    try { names = fs.readdirSync(this.dir); } catch { return []; }
-    const out: IdleEntry[] = [];
-    for (const n of names) {
-      if (!n.endsWith(suffix) || n.startsWith('.')) continue;
-      try {
-        const v = JSON.parse(readStateText(path.join(this.dir, n), n) ?? '') as { pid?: unknown; startTime?: unknown; build?: unknown; log?: unknown };
-        if (typeof v.pid === 'number' && typeof v.startTime === 'string') {
-          const log = typeof v.log === 'string' && /^boot-[\w-]+\.log$/.test(v.log) ? v.log : '';
-          out.push({ key: n.slice(0, -suffix.length), pid: v.pid, startTime: v.startTime, build: typeof v.build === 'string' ? v.build : '', log });
-        }
-      } catch { /* gone meanwhile, or half a name: not a candidate */ }
+      try { sinceMs = fs.statSync(path.join(this.dir, n)).ctimeMs; } catch { /* gone meanwhile: counted as old */ }
+      out.push({ ...e, sinceMs });
     }
     return out;
+  }
+
+  /**
+   * Idle names, the longest idle first (the oldest announcement): a runner just back from a run is taken last, so it has
+   * time to start its next agent stub (runner/agent-stub.ts), and the pool's runners share the work.
+   */
+  private longestIdleFirst(names: string[]): string[] {
+    if (names.length < 2) return names;
+    const since = new Map(names.map((n) => {
+      try { return [n, fs.statSync(path.join(this.dir, n)).mtimeMs] as const; } catch { return [n, Infinity] as const; }
+    }));
+    return names.sort((a, b) => since.get(a)! - since.get(b)!);
+  }
+
+  private names(suffix: '.idle' | '.serving'): string[] {
+    let names: string[];
+    try { names = fs.readdirSync(this.dir); } catch { return []; }
+    return names.filter((n) => n.endsWith(suffix) && !n.startsWith('.'));
+  }
+
+  private entry(n: string, suffix: '.idle' | '.serving'): IdleEntry | null {
+    try {
+      const v = JSON.parse(readStateText(path.join(this.dir, n), n) ?? '') as { pid?: unknown; startTime?: unknown; build?: unknown; log?: unknown };
+      if (typeof v.pid === 'number' && typeof v.startTime === 'string') {
+        const log = typeof v.log === 'string' && /^boot-[\w-]+\.log$/.test(v.log) ? v.log : '';
+        return { key: n.slice(0, -suffix.length), pid: v.pid, startTime: v.startTime, build: typeof v.build === 'string' ? v.build : '', log };
+      }
+    } catch { /* gone meanwhile, or half a name: not a candidate */ }
+    return null;
   }
 
   /** Takes an idle runner for one launch: true for exactly one caller (rename is atomic). */

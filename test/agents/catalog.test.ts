@@ -386,3 +386,49 @@ describe('loadCatalog: every read sees the files as they are now', () => {
     expect(untrusted?.trusted ?? false).toBe(false);
   });
 });
+
+describe('loadCatalog: reading again', () => {
+  /** The catalog reuses a directory's last read only for identities older than a second (file times are coarse). */
+  const settle = () => new Promise((r) => setTimeout(r, 1100));
+
+  it('an edited, added or removed agent file is seen by the next read, also when the directory was read from memory', async () => {
+    const l = layout();
+    const file = write(path.join(l.home, 'agents', 'a.md'), agent('a', '', 'Prompt one.'));
+    await settle();
+    expect(load(l).agents.get('a')!.body).toBe('Prompt one.');
+    const again = load(l); // the remembered read
+    expect(again.agents.get('a')!.body).toBe('Prompt one.');
+    again.agents.get('a')!.body = 'changed by a caller';
+    expect(load(l).agents.get('a')!.body).toBe('Prompt one.'); // each read is a copy
+
+    // Rewritten in place, same size, same directory entry: its change time moves, and the next read sees it.
+    fs.writeFileSync(file, agent('a', '', 'Prompt two.'));
+    expect(load(l).agents.get('a')!.body).toBe('Prompt two.');
+    // Twice within one tick of the file system's clock: the second edit is seen too.
+    fs.writeFileSync(file, agent('a', '', 'Prompt six.'));
+    expect(load(l).agents.get('a')!.body).toBe('Prompt six.');
+
+    await settle();
+    expect(load(l).agents.get('a')!.body).toBe('Prompt six.');
+    fs.writeFileSync(file, agent('a', '', 'Prompt ten.'));
+    expect(load(l).agents.get('a')!.body).toBe('Prompt ten.');
+
+    await settle();
+    load(l);
+    write(path.join(l.home, 'agents', 'b.md'), agent('b'));
+    expect([...load(l).agents.keys()].sort()).toEqual(['a', 'b']);
+    await settle();
+    load(l);
+    fs.rmSync(file);
+    expect([...load(l).agents.keys()]).toEqual(['b']);
+  });
+
+  it('a refusal is reported again on every read', async () => {
+    const l = layout();
+    write(path.join(l.home, 'agents', 'bad.md'), 'not front matter');
+    await settle();
+    const first = load(l).refused;
+    expect(first).toHaveLength(1);
+    expect(load(l).refused).toEqual(first);
+  });
+});

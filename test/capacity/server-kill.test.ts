@@ -53,10 +53,11 @@ describe('a server killed mid-launch', () => {
   it('right after the reservation: nothing was written, the dead server\'s reservation is reclaimed by its identity', async () => {
     const runId = await killAt('server-after-reserve');
     expect(runId).toBeUndefined();
-    // The ledger still holds the dead launcher's unbound reservation, until the next reservation proves it dead.
+    // The ledger still holds the dead launcher's reservation, until the next reservation proves it dead: unbound, or
+    // bound early to the warm runner it meant to claim (its launcher's all the same until the run has its proceed).
     const held = Object.values(readLedger(t.home).roots);
     expect(held).toHaveLength(1);
-    expect(held[0]!.runner).toBeNull();
+    if (held[0]!.runner !== null) expect(held[0]!.boundEarly).toBe(true);
     await slotComesBack();
   });
 

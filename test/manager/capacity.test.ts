@@ -9,7 +9,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { loadSettings } from '../../src/config.js';
 import { buildContext } from '../../src/mcp/core.js';
-import { refusalWithoutLock } from '../../src/manager/capacity.js';
+import { pruneRoots, refusalWithoutLock } from '../../src/manager/capacity.js';
 import { readIdentity, type ProcessIdentity } from '../../src/process/identity.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 import { sc, startServer, textOf, waitTerminal } from '../helpers/server.js';
@@ -109,5 +109,51 @@ describe('capacity refusal without the ledger lock', () => {
       clearInterval(refresh);
       await s.close();
     }
+  });
+
+  it('a root bound early to a warm runner is its launching server\'s until the run has its proceed', async () => {
+    const idle = await liveHolder(); // stands in for an idle runner of the pool, which lives on whatever the launch does
+    const me = readIdentity(process.pid)!;
+    const ctx = ctxWith(1);
+    const early = (server: ProcessIdentity, runner = idle) => {
+      const at = new Date().toISOString();
+      fs.writeFileSync(path.join(t.home, 'ledger.json'), JSON.stringify({
+        v: 1,
+        roots: { 'r-earlybound00000000000000': { at, server, runner, handshakeMs: 10_000, boundEarly: true } },
+        trees: { 'r-earlybound00000000000000': { used: 1, limit: 64, maxDepth: 3 } },
+        agents: { 'r-earlybound00000000000000:reserved:0': { runner, agent: null, at, root: 'r-earlybound00000000000000' } },
+      }));
+    };
+    const prune = () => ctx.ledger.change((l) => { pruneRoots(l, 10_000, ctx.store); });
+    const ledger = () => JSON.parse(fs.readFileSync(path.join(t.home, 'ledger.json'), 'utf8'));
+
+    // Its launching server lives: held (the launch is under way), by the lock-free read too.
+    early(me);
+    expect(refusalWithoutLock(ctx)).toBe('1 of 1 active runs');
+    await prune();
+    expect(ledger().roots['r-earlybound00000000000000'].boundEarly).toBe(true);
+    // Its runner dead (it may have been told to proceed since the flag was last looked at): not decided lock-free.
+    early(me, deadIdentity());
+    expect(refusalWithoutLock(ctx)).toBeNull();
+
+    // Its launching server died before proceed: the runner alive proves nothing (it may never be told the run, or serve
+    // another). Not decided lock-free; pruned under the lock, its reserved agent slot with it.
+    early(deadIdentity());
+    expect(refusalWithoutLock(ctx)).toBeNull();
+    await prune();
+    expect(ledger().roots).toEqual({});
+    expect(ledger().agents).toEqual({});
+    expect(ledger().trees).toEqual({});
+
+    // The run has its proceed: an ordinary bound root, held while its runner lives, whoever launched it.
+    early(deadIdentity());
+    const runDir = path.join(t.home, 'runs', 'r-earlybound00000000000000');
+    fs.mkdirSync(runDir, { recursive: true });
+    fs.writeFileSync(path.join(runDir, 'proceed'), '{}');
+    await prune();
+    expect(ledger().roots['r-earlybound00000000000000'].runner).toEqual(idle);
+    expect(ledger().roots['r-earlybound00000000000000'].boundEarly).toBeUndefined();
+    expect(ledger().agents['r-earlybound00000000000000:reserved:0']).toBeDefined();
+    expect(refusalWithoutLock(ctx)).toBe('1 of 1 active runs');
   });
 });

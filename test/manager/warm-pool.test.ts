@@ -185,6 +185,46 @@ describe('warm runners', () => {
     await until(() => Object.keys(ledger(t!.home).roots).length === 0, 'the slot back', 20_000);
   });
 
+  /** A launch of a run that stays running, as its status and its ledger root show it; then its cancel. */
+  async function sleeperRun(s: Started): Promise<{ runner: Identity; root: { runner: unknown; boundEarly?: true }; stop: () => Promise<void> }> {
+    const r = await s.call('launch', { agent: 'sleeper', task: 'sleep' });
+    expect(r.isError, textOf(r)).toBeFalsy();
+    const runId = sc(r).runId as string;
+    const runner = readJson(path.join(t!.home, 'runs', runId, 'status.json')).runner as Identity;
+    const root = ledger(t!.home).roots[runId] as { runner: unknown; boundEarly?: true };
+    const stop = async () => {
+      const c = await s.call('cancel', { runId });
+      expect(c.isError, textOf(c)).toBeFalsy();
+      await until(() => Object.keys(ledger(t!.home).roots).length === 0, 'the slot back', 20_000);
+    };
+    return { runner, root, stop };
+  }
+
+  it('a launch binds its reservation to the idle runner it then claims, in one ledger section', async () => {
+    setup();
+    const s = await serve();
+    const idle = await poolOf(2);
+    const run = await sleeperRun(s);
+    expect(idle.map((i) => `${i.pid}:${i.startTime}`)).toContain(`${run.runner.pid}:${run.runner.startTime}`);
+    expect(run.root.runner).toEqual(run.runner); // bound in the reservation (its flag goes at the next prune after proceed)
+    await run.stop();
+  });
+
+  it('the runner a reservation was bound to is taken by another server first: the run is bound to the runner it got', async () => {
+    setup();
+    const s = await serve({ SUBAGENTS_TEST_FAULT: 'warm-taken-after-reserve' });
+    await poolOf(2);
+    const run = await sleeperRun(s);
+    // The one taken away: its `.taken` waits for a claim that never comes (it exits after the handshake timeout).
+    const taken = fs.readdirSync(path.join(t!.home, 'warm')).filter((n) => n.endsWith('.taken')).map((n) => Number(n.split('-')[0]));
+    expect(taken).toHaveLength(1);
+    expect(run.runner.pid).not.toBe(taken[0]);
+    // The slot is bound to the process that serves the run, as an ordinary bound reservation.
+    expect(run.root.runner).toEqual(run.runner);
+    expect(run.root.boundEarly).toBeUndefined();
+    await run.stop();
+  });
+
   it('its claimant dies after the claim: the run ends failed, the runner exits, nothing is held', async () => {
     setup();
     const filler = await serve();

@@ -15,11 +15,13 @@ const HAS_DASH = process.platform === 'linux' && ['/bin/dash', '/usr/bin/dash'].
 
 /** What a process shows of itself: the environment it was started with, cwd, umask, descriptors, ignored/blocked signals, its stdin. */
 const PROBE = `#!/bin/sh
+# Signal masks first, with builtins only: while this shell forks a child it blocks every signal for a moment, and a
+# child reading the shell's status then would see that.
+while IFS= read -r l; do case $l in SigBlk:*|SigIgn:*) echo "$l" ;; esac; done < /proc/$$/status
 tr '\\0' '\\n' < /proc/$$/environ | LC_ALL=C sort
 echo "cwd=$(pwd)"
 echo "umask=$(umask)"
 echo "fds=$(ls /proc/$$/fd | LC_ALL=C sort -n | tr '\\n' ' ')"
-grep -E '^Sig(Ign|Blk):' /proc/$$/status
 echo "stdin=$(cat)"
 exit 7
 `;
