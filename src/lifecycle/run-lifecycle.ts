@@ -57,6 +57,12 @@ export interface EndOptions {
    * it returns is recoverable from liveness alone.
    */
   ledgerDurable?: boolean;
+  /**
+   * Told as soon as the ledger entries are returned, before the status is written: a caller that retries an end whose
+   * status write the disk refused passes `ledgerReturned` then, and nothing is returned twice (a nested run's
+   * unstarted claims would be refunded twice).
+   */
+  onLedgerReturned?: () => void;
 }
 
 export interface EndResult {
@@ -90,18 +96,25 @@ export async function endRun(on: RunEnder, run: EndingRun, end: RunEnd, options:
     const already = { ours: false, ledgerReturned: options.ledgerReturned ?? false, ledgerError: null };
     if (!canTransition(current.state, end.state) || (end.from && !end.from.includes(current.state))) return { status: current, ...already };
     const next = endedStatus(options.runnerStatus ?? current, end);
+    // The live runner's status replaces one that is missing or damaged (as `updateLocked` does with `repairFrom`).
+    if (stored === null) on.store.event(run.runId, { type: 'status-repaired' });
     let ledgerReturned = options.ledgerReturned ?? false;
     let ledgerError: unknown = null;
-    if (!ledgerReturned && next.survivors.length === 0) {
+    const returnLedger = async () => {
+      if (ledgerReturned || next.survivors.length > 0) return;
       try {
         await returnRunLedger(on, run, next, options.ledgerDurable ?? true);
         ledgerReturned = true;
+        options.onLedgerReturned?.();
       } catch (e) {
         ledgerError = e;
       }
-    }
-    const status = on.store.updateLocked(run.runId, () => next, { durable: true, repairFrom: options.runnerStatus });
-    return { status, ours: status === next, ledgerReturned, ledgerError };
+    };
+    // The ledger goes back while the status file's fsync is on the disk; the status appears after it, so that a
+    // client that sees the end can launch into the freed slot. The run lock is held throughout: the status read
+    // above is still the stored one.
+    const status = await on.store.replaceLocked(run.runId, next, returnLedger);
+    return { status, ours: true, ledgerReturned, ledgerError };
   };
   return options.locked ? body() : on.store.withRunLock(run.runId, body);
 }

@@ -24,23 +24,56 @@ function ps(args: string[]): string {
   return execFileSync('ps', args, { encoding: 'utf8', stdio: ['ignore', 'pipe', 'ignore'] });
 }
 
-/** Parses /proc/<pid>/stat; the command name may contain spaces and parentheses, so fields are read after the last ')'. */
+/**
+ * Parses /proc/<pid>/stat; the command name may contain spaces and parentheses, so fields are read after the last ')'.
+ * Only the first 20 fields after it are split off (fields 3–22; the line has 52): a run's end parses every process
+ * of the machine.
+ */
 function parseStat(pid: number, text: string): ProcessInfo | null {
   const close = text.lastIndexOf(')');
   if (close < 0) return null;
-  const f = text.slice(close + 2).split(' ');
+  const f = text.slice(close + 2).split(' ', 20);
   // f[0] is field 3 (state); field N is f[N - 3].
+  if (f.length < 20) return null;
   return { pid, state: f[0]!, ppid: Number(f[1]), pgid: Number(f[2]), startTime: f[19]! };
+}
+
+/** One buffer for every /proc/<pid>/stat read of this process (synchronous reads: never two at once). */
+const statBuf = Buffer.allocUnsafe(1024);
+
+/**
+ * /proc/<pid>/stat (`name`: the pid as text), parsed; null when the process is gone. Open, one read into `statBuf` and
+ * close: three system calls, where `readFileSync` makes five (an fstat, and a second read to meet the end of a file
+ * whose size /proc does not tell). A line that fills the buffer (never seen: it is ~300 bytes) is read whole.
+ */
+function readStat(pid: number, name: string): ProcessInfo | null {
+  const file = `/proc/${name}/stat`;
+  let fd: number;
+  try {
+    fd = fs.openSync(file, fs.constants.O_RDONLY);
+  } catch {
+    return null; // exited meanwhile
+  }
+  let got = 0;
+  try {
+    got = fs.readSync(fd, statBuf, 0, statBuf.length, null);
+  } catch {
+    return null;
+  } finally {
+    fs.closeSync(fd);
+  }
+  if (got < statBuf.length) return parseStat(pid, statBuf.toString('latin1', 0, got));
+  try {
+    return parseStat(pid, fs.readFileSync(file, 'latin1'));
+  } catch {
+    return null;
+  }
 }
 
 export function readProcessInfo(pid: number): ProcessInfo | null {
   if (!Number.isInteger(pid) || pid <= 0) return null;
   if (HAS_PROC) {
-    try {
-      return parseStat(pid, fs.readFileSync(`/proc/${pid}/stat`, 'utf8'));
-    } catch {
-      return null;
-    }
+    return readStat(pid, String(pid));
   }
   try {
     const out = ps(['-o', 'ppid=,pgid=,stat=,lstart=', '-p', String(pid)]).trim();
@@ -77,12 +110,10 @@ export function listProcesses(): ProcessInfo[] {
   const out: ProcessInfo[] = [];
   if (HAS_PROC) {
     for (const name of fs.readdirSync('/proc')) {
-      if (!/^\d+$/.test(name)) continue;
-      const pid = Number(name);
-      try {
-        const info = parseStat(pid, fs.readFileSync(`/proc/${name}/stat`, 'utf8'));
-        if (info) out.push(info);
-      } catch { /* exited meanwhile */ }
+      const c = name.charCodeAt(0);
+      if (c < 0x30 || c > 0x39) continue; // not a pid (`self`, `sys` …): pid directories are all digits
+      const info = readStat(Number(name), name);
+      if (info) out.push(info);
     }
     return out;
   }
@@ -96,14 +127,20 @@ export function listProcesses(): ProcessInfo[] {
   return out;
 }
 
-/** Whether a process carries `name=value` in its environment (Linux only; same-user processes only). */
+/**
+ * Whether a process carries `name=value` in its environment (Linux only; same-user processes only). Read as 'utf8',
+ * Node's one-call path (another encoding reads in chunks through the JS wrappers), and searched whole with the NULs
+ * that bound each entry: no array of every entry.
+ */
 export function hasEnvEntry(pid: number, entry: string): boolean {
   if (!HAS_PROC) return false;
+  let text: string;
   try {
-    return fs.readFileSync(`/proc/${pid}/environ`, 'latin1').split('\0').includes(entry);
+    text = fs.readFileSync(`/proc/${pid}/environ`, 'utf8');
   } catch {
     return false;
   }
+  return text === entry || text.startsWith(`${entry}\0`) || text.includes(`\0${entry}\0`) || text.endsWith(`\0${entry}`);
 }
 
 /**

@@ -9,7 +9,7 @@ import type { ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, signalVerified, terminateProcesses } from '../process/terminate.js';
 import { isAlive } from '../process/identity.js';
 import { configureLocks } from '../store/lock.js';
-import { diskFaultOf, ensurePrivateDir, removeStaleTemps, writeFileAtomic } from '../store/atomic-write.js';
+import { diskFaultOf, ensurePrivateDir, removeStaleTemps, writeFileAtomic, writeNewFile } from '../store/atomic-write.js';
 import type { Layout, RunPaths } from '../store/layout.js';
 import { endRun, returnRunLedger, type EndState } from '../lifecycle/run-lifecycle.js';
 export { settleLocks, reopenLocks } from '../store/lock.js';
@@ -485,12 +485,20 @@ class Executor {
   private mintBudget(stepKey: string): { secret: string; revoke: () => void } {
     const secret = randomBytes(32).toString('base64url');
     const file = this.paths.budgetFile(createHash('sha256').update(secret).digest('hex'));
-    ensurePrivateDir(this.paths.budgetDir);
     // On a worker, the grant carries the run's Redis: the agent's nested server launches there, and the URL never
     // enters the agent's environment (docs/scale-out.md, "Nested delegation"). The file is 0600 like every state file.
     const redis = this.distributedLink();
-    // Not fsynced: it is valid only while this step's agent lives, and no agent outlives a crash of the machine.
-    writeFileAtomic(file, JSON.stringify({ stepKey, at: new Date().toISOString(), ...(redis ? { redis } : {}) }), { durable: false });
+    const grant = JSON.stringify({ stepKey, at: new Date().toISOString(), ...(redis ? { redis } : {}) });
+    // Created whole under its final name, without a temp and a rename: only the agent, not started yet, knows the
+    // secret its name is made of, so nobody can read it half written. Not fsynced: it is valid only while this step's
+    // agent lives, and no agent outlives a crash of the machine. The run's start made `budget/`; made here if it could not.
+    try {
+      writeNewFile(file, grant);
+    } catch (e) {
+      if ((e as NodeJS.ErrnoException).code !== 'ENOENT') throw e;
+      ensurePrivateDir(this.paths.budgetDir);
+      writeNewFile(file, grant);
+    }
     return { secret, revoke: () => { try { fs.unlinkSync(file); } catch { /* gone */ } } };
   }
 
@@ -626,7 +634,10 @@ class Executor {
    * holds the run lock. Retried whole by `persistently` after a refused write; the ledger is returned only once.
    */
   private async endLocked(state: EndState, error: StepError | null): Promise<void> {
-    const r = await endRun({ store: this.store, ledger: this.ledger }, this.record, { state, error }, { locked: true, runnerStatus: this.status, ledgerReturned: this.ledgerReturned, ledgerDurable: false });
+    const r = await endRun({ store: this.store, ledger: this.ledger }, this.record, { state, error }, {
+      locked: true, runnerStatus: this.status, ledgerReturned: this.ledgerReturned, ledgerDurable: false,
+      onLedgerReturned: () => { this.ledgerReturned = true; }, // kept when the status write fails and is retried
+    });
     this.ledgerReturned = r.ledgerReturned;
     this.endedHere ||= r.ours;
     this.status = r.status;

@@ -154,7 +154,7 @@ async function applyAll(file: string, batch: PendingChange[], rebuild: LedgerReb
     doc.data = rebuild(file);
   }
   let ledger = doc.data;
-  let current = JSON.stringify(ledger); // differs from `before` only for a rebuilt ledger: it is written back
+  let current = before === '' ? JSON.stringify(ledger) : before; // a rebuilt ledger differs from `before`: it is written back
   durable = current !== before;
   const outcomes = batch.map((c) => {
     try {

@@ -12,39 +12,76 @@ export function lockDirOf(target: string): string {
 }
 
 /**
- * Who holds a lock: one file inside the lock directory, `holder-<nonce>.json`, holding the holder's pid, start time and
- * host. Its name is unique to one acquisition, so removing it by name (unlink) succeeds for exactly one process and
- * only while that acquisition still stands: that is what lets another process clear a dead holder's lock safely.
+ * Who holds a lock: one entry inside the lock directory, `holder-<nonce>`, a symlink whose target is the holder's pid,
+ * start time and host as JSON (never followed: read with readlink). Its name is unique to one acquisition, so removing
+ * it by name (unlink) succeeds for exactly one process and only while that acquisition still stands: that is what lets
+ * another process clear a dead holder's lock safely. A symlink is one system call and no data block: a regular file
+ * (open, write, close) was a third of the cost of every lock, and every run takes several. Holder files that are
+ * regular JSON files (written by earlier versions) are read too.
  */
 const HOLDER_PREFIX = 'holder-';
 
 /** Makes each holder file's name unique within this process (pid and time make it unique across processes). */
 let acquisitions = 0;
 
+/** The holder entry this process made in each lock directory it holds: its release unlinks it without a listing. */
+const ownHolders = new Map<string, string>();
+
 interface HolderRecord extends ProcessIdentity {
   host: string;
 }
 
-/** Makes the lock directory with its holder file in it (mkdir first: the mkdir is the lock). Throws EEXIST when held. */
+/** Makes the lock directory with its holder entry in it (mkdir first: the mkdir is the lock). Throws EEXIST when held. */
 export function makeLockDir(dir: string, holder: ProcessIdentity | null): void {
   fs.mkdirSync(dir);
   if (!holder) return; // unknown identity: only the stale time frees this lock if its holder dies
   try {
     const record: HolderRecord = { pid: holder.pid, startTime: holder.startTime, host: os.hostname() };
-    fs.writeFileSync(path.join(dir, `${HOLDER_PREFIX}${process.pid}-${Date.now().toString(36)}-${++acquisitions}.json`), JSON.stringify(record), { flag: 'wx' });
+    const name = `${HOLDER_PREFIX}${process.pid}-${Date.now().toString(36)}-${++acquisitions}`;
+    fs.symlinkSync(JSON.stringify(record), path.join(dir, name));
+    ownHolders.set(dir, name);
   } catch {
     // A lock nobody can identify still excludes; its stale time is the backstop.
   }
 }
 
-/** Removes a lock directory: its holder file, then the directory (rmdir: never removes anything else put there). */
+/**
+ * Removes a lock directory: its holder entry, then the directory (rmdir: never removes anything else put there). The
+ * release of this process's own acquisition unlinks the entry it made by name; anything else (a stale lock taken
+ * over, an entry that is not there any more) lists the directory first.
+ */
 export function removeLockDir(dir: string): void {
+  const own = ownHolders.get(dir);
+  ownHolders.delete(dir);
+  if (own !== undefined) {
+    try {
+      fs.unlinkSync(path.join(dir, own));
+      fs.rmdirSync(dir);
+      return;
+    } catch { /* not as this process left it: the general way below */ }
+  }
   let names: string[] = [];
   try { names = fs.readdirSync(dir); } catch { /* gone, or not ours to read: rmdir says which */ }
   for (const name of names) {
     if (name.startsWith(HOLDER_PREFIX)) try { fs.unlinkSync(path.join(dir, name)); } catch { /* removed meanwhile */ }
   }
   fs.rmdirSync(dir);
+}
+
+/** A holder entry's record: a symlink's target, or (earlier versions) a regular file's content; null when unreadable. */
+export function readHolder(file: string): HolderRecord | null {
+  let text: string;
+  try {
+    text = fs.readlinkSync(file);
+  } catch (e) {
+    if ((e as NodeJS.ErrnoException).code !== 'EINVAL') return null; // gone
+    try { text = fs.readFileSync(file, 'utf8'); } catch { return null; }
+  }
+  try {
+    return JSON.parse(text) as HolderRecord;
+  } catch {
+    return null;
+  }
 }
 
 /**
@@ -63,12 +100,8 @@ export function clearDeadHolder(dir: string, isAlive: (id: ProcessIdentity) => b
   }
   if (names.length !== 1) return false;
   const file = path.join(dir, names[0]!);
-  let holder: HolderRecord;
-  try {
-    holder = JSON.parse(fs.readFileSync(file, 'utf8')) as HolderRecord;
-  } catch {
-    return false;
-  }
+  const holder = readHolder(file);
+  if (holder === null || typeof holder !== 'object') return false;
   if (holder.host !== os.hostname() || !Number.isInteger(holder.pid) || typeof holder.startTime !== 'string') return false;
   if (holder.startTime === 'unknown' || isAlive({ pid: holder.pid, startTime: holder.startTime })) return false;
   try {

@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import { readHolder } from '../../src/store/lock-dir.js';
 
 /** Every `*.lock` directory under `dir`. */
 export function lockDirs(dir: string): string[] {
@@ -10,11 +11,12 @@ export function lockDirs(dir: string): string[] {
   });
 }
 
-/** The pids a lock directory names as its holder (src/store/lock-dir.ts: `holder-*.json`). */
+/** The pids a lock directory names as its holder (src/store/lock-dir.ts: `holder-*`). */
 export function holderPids(lockDir: string): number[] {
   try {
     return fs.readdirSync(lockDir).filter((n) => n.startsWith('holder-')).flatMap((n) => {
-      try { return [(JSON.parse(fs.readFileSync(path.join(lockDir, n), 'utf8')) as { pid: number }).pid]; } catch { return []; }
+      const h = readHolder(path.join(lockDir, n));
+      return h ? [h.pid] : [];
     });
   } catch {
     return []; // released meanwhile

@@ -214,6 +214,54 @@ describe('one run lifecycle: the same accounting from every caller', () => {
     expectTopLevelAccounting(ids.runId);
   }, 40_000);
 
+  it('the ledger goes back before the end is visible: a client that sees the end can launch into the slot', async () => {
+    const ids = fabricate({ nested: false, state: 'running', runner: deadIdentity() });
+    const statusFile = path.join(t.home, 'runs', ids.runId, 'status.json');
+    const seen: string[] = [];
+    // The file ledger, with a look at the stored status before and after each change it makes.
+    const ledgerPort: ManagerContext['ledger'] = {
+      read: () => ctx.ledger.read(),
+      peek: () => ctx.ledger.peek(),
+      change: async (fn, o) => {
+        seen.push((JSON.parse(fs.readFileSync(statusFile, 'utf8')) as RunStatus).state);
+        const v = await ctx.ledger.change(fn, o);
+        seen.push((JSON.parse(fs.readFileSync(statusFile, 'utf8')) as RunStatus).state);
+        return v;
+      },
+    };
+    const r = await m.endRun({ store: ctx.store, ledger: ledgerPort }, ctx.store.readRecord(ids.runId)!, { state: 'failed', error: { code: 'RUNNER_LOST', message: 'x' } });
+    expect([r.ours, r.ledgerReturned]).toEqual([true, true]);
+    expect(seen).toEqual(['running', 'running']);
+    expect(ctx.store.readStatus(ids.runId)!.state).toBe('failed');
+    expectTopLevelAccounting(ids.runId);
+  });
+
+  it('an end whose status write is refused and retried returns the ledger once (a nested run refunds its claims once)', async () => {
+    const ids = fabricate({ nested: true, state: 'running', runner: deadIdentity() });
+    const record = ctx.store.readRecord(ids.runId)!;
+    let refuse = true;
+    // The file store, its terminal write refused once after the work beside it (the ledger's return) is done.
+    const store = new Proxy(ctx.store, {
+      get(target, key, receiver) {
+        if (key !== 'replaceLocked') return Reflect.get(target, key, receiver) as unknown;
+        return async (runId: string, next: RunStatus, alongside?: () => Promise<unknown>) => {
+          if (!refuse) return target.replaceLocked(runId, next, alongside);
+          refuse = false;
+          await alongside?.();
+          throw Object.assign(new Error('ENOSPC: injected'), { code: 'ENOSPC' });
+        };
+      },
+    });
+    let returned = false;
+    const end = () => m.endRun({ store, ledger: ctx.ledger }, record, { state: 'failed', error: { code: 'RUNNER_LOST', message: 'x' } }, { ledgerReturned: returned, onLedgerReturned: () => { returned = true; } });
+    await expect(end()).rejects.toThrow('ENOSPC');
+    expect(returned).toBe(true);
+    expect(ctx.store.readStatus(ids.runId)!.state).toBe('running');
+    const r = await end();
+    expect([r.ours, r.ledgerReturned]).toEqual([true, true]);
+    expectNestedAccounting(ids.runId, ids.rootRunId); // its one unstarted claim back once: used 3 -> 2
+  });
+
   it('a launch that gives up at the handshake', async () => {
     const aborted = new AbortController();
     aborted.abort();

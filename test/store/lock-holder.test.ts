@@ -5,7 +5,7 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REPO } from '../helpers/paths.js';
 import { isAlive, selfIdentity } from '../../src/process/identity.js';
-import { clearDeadHolder, lockDirOf, makeLockDir } from '../../src/store/lock-dir.js';
+import { clearDeadHolder, lockDirOf, makeLockDir, readHolder, removeLockDir } from '../../src/store/lock-dir.js';
 import { configureLocks, withLock } from '../../src/store/lock.js';
 
 /**
@@ -78,5 +78,21 @@ describe('a lock names its holder', () => {
     makeLockDir(lock, null);
     expect(clearDeadHolder(lock, isAlive)).toBe(false);
     expect(fs.existsSync(lock)).toBe(true);
+  });
+
+  it('the holder is a symlink read without following it; a regular holder file (an earlier version) is read too', () => {
+    const lock = lockDirOf(path.join(dir, 'kinds'));
+    makeLockDir(lock, selfIdentity());
+    const [name] = fs.readdirSync(lock);
+    const entry = path.join(lock, name!);
+    expect(fs.lstatSync(entry).isSymbolicLink()).toBe(true);
+    expect(readHolder(entry)).toMatchObject({ pid: process.pid, startTime: selfIdentity().startTime, host: os.hostname() });
+    removeLockDir(lock); // this process's own release: its entry by name, then the directory
+    expect(fs.existsSync(lock)).toBe(false);
+    // An earlier version's holder file naming a dead process: cleared like a symlink holder.
+    fs.mkdirSync(lock);
+    fs.writeFileSync(path.join(lock, 'holder-old.json'), JSON.stringify({ pid: process.pid, startTime: '1', host: os.hostname() }));
+    expect(clearDeadHolder(lock, isAlive)).toBe(true);
+    expect(fs.existsSync(lock)).toBe(false);
   });
 });
