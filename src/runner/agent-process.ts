@@ -1,4 +1,5 @@
 import { spawn, type ChildProcess } from 'node:child_process';
+import fs from 'node:fs';
 import path from 'node:path';
 import { adapterFor } from '../agents/adapters/index.js';
 import type { Invocation, ParsedResult } from '../agents/types.js';
@@ -24,7 +25,11 @@ export interface AgentRunInput {
   timeoutMs: number;
   /** Aborted when the run is cancelled or times out as a whole. */
   signal: AbortSignal;
-  onStarted: (agent: ProcessIdentity) => void;
+  /**
+   * `since`: no descendant of the agent started before these clock ticks (its exec): its own start when it was spawned,
+   * the go moment when it is a stub that started earlier (runner/agent-stub.ts).
+   */
+  onStarted: (agent: ProcessIdentity, since: string) => void;
   delegateServer?: { command: string; args: string[]; env: Record<string, string> };
   /** Where the agent starts, when not the run's cwd (an isolated step's place in its worktree). */
   cwd?: string;
@@ -101,8 +106,8 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
     err.close();
     return { exitCode: null, signal: null, outputBytes: 0, outputTruncated: false, parsed: null, stoppedFor: null, spawnError: started.spawnError, process: null, outputWriteError: null, escaped: [] };
   }
-  const { child, channel, stdoutEnd, identity } = started;
-  input.onStarted(identity);
+  const { child, channel, stdoutEnd, identity, since } = started;
+  input.onStarted(identity, since);
 
   if (child.stdin && stdinMode === 'pipe') {
     child.stdin.on('error', () => {}); // an agent that exits without reading its task closes the pipe: EPIPE is not our failure
@@ -192,13 +197,15 @@ interface StartedAgent {
   /** What the agent's stdout is, read on our side before our copy went (escaped descendants still hold it). */
   stdoutEnd: string | null;
   identity: ProcessIdentity;
+  since: string;
 }
 
 /** The agent, from its pre-started stub: one exec, no fork of the runner (runner/agent-stub.ts). */
 function fromStub(stub: AgentStub, script: string, onStdout: (c: Buffer) => void): StartedAgent {
   stub.onChunk = onStdout;
+  const since = ticksNow();
   stub.exec(script);
-  return { child: stub.child, channel: stub.channel, stdoutEnd: stub.stdoutEnd, identity: stub.identity };
+  return { child: stub.child, channel: stub.channel, stdoutEnd: stub.stdoutEnd, identity: stub.identity, since: since ?? stub.identity.startTime };
 }
 
 interface SpawnOptions {
@@ -244,5 +251,18 @@ async function spawnAgent(argv: string[], o: SpawnOptions): Promise<StartedAgent
     return { spawnError };
   }
   const identity = readIdentity(child.pid!) ?? { pid: child.pid!, startTime: 'unknown' };
-  return { child, channel, stdoutEnd: stdoutEnd ?? ownEndOf(child.stdout), identity };
+  return { child, channel, stdoutEnd: stdoutEnd ?? ownEndOf(child.stdout), identity, since: identity.startTime };
+}
+
+/**
+ * Now, in the clock ticks of a process's start time (`/proc/<pid>/stat` field 22), less a second for the rounding of
+ * `/proc/uptime`; null where it cannot be read. Linux counts those ticks at USER_HZ, 100 on every architecture Node runs on.
+ */
+function ticksNow(): string | null {
+  try {
+    const up = Number(fs.readFileSync('/proc/uptime', 'latin1').split(' ')[0]);
+    return Number.isFinite(up) && up > 1 ? String(Math.floor((up - 1) * 100)) : null;
+  } catch {
+    return null;
+  }
 }

@@ -406,9 +406,9 @@ class Executor {
         delegateServer: spec.agent.delegate ? delegateServerFor(env) : undefined,
         stub,
         spare: (p) => isNestedRunner(this.store, this.runId, st.key, p) || isOtherRunsRunner(this.store, p),
-        onStarted: (agent) => {
+        onStarted: (agent, since) => {
           st.process = agent;
-          this.noteAgentStart(agent);
+          this.noteAgentStart(agent, since);
           // Not awaited here (the agent is already running), but before the step ends: nothing outlives its step.
           recorded.push(this.write().catch(() => {}), setAgentSlotProcess(this.ledger, slotKey, agent).catch(() => {}));
         },
@@ -556,16 +556,17 @@ class Executor {
   }
 
   /**
-   * The earliest start (clock ticks) of an agent of this run: a carrier of the run's token descends from one, so
-   * started no earlier. The runner's own start is that bound too, but a warm runner that serves runs in turn started
+   * The earliest start (clock ticks) of an agent of this run — for an agent a stub became, the moment it was told to
+   * (the stub itself may have waited idle for minutes) —: a carrier of the run's token descends from one, so started
+   * no earlier. The runner's own start is that bound too, but a warm runner that serves runs in turn started
    * long before this run, and every process started since would have its environment read at each sweep.
    */
   private tokenSince: string | null = null;
   private agentStartUnknown = false;
 
-  private noteAgentStart(agent: ProcessIdentity): void {
-    if (!/^\d+$/.test(agent.startTime)) this.agentStartUnknown = true;
-    else if (this.tokenSince === null || Number(agent.startTime) < Number(this.tokenSince)) this.tokenSince = agent.startTime;
+  private noteAgentStart(agent: ProcessIdentity, since: string): void {
+    if (!/^\d+$/.test(since)) this.agentStartUnknown = true;
+    else if (this.tokenSince === null || Number(since) < Number(this.tokenSince)) this.tokenSince = since;
   }
 
   /** The stub for the run's first agent, once; an earlier one not used by its agent is disposed of. */

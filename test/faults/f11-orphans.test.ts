@@ -65,6 +65,22 @@ describe.skipIf(process.platform !== 'linux')('F11 orphans', () => {
     expectNothingLeft(runId, token, grandchild);
   });
 
+  it('the same from an agent stub that waited idle for seconds: the carrier is found by its token all the same', async () => {
+    if (!['/bin/dash', '/usr/bin/dash'].some((p) => fs.existsSync(p))) return; // no stubs here
+    // An idle runner whose stub (its one child) started well before the launch (docs/architecture.md, "Warm runners").
+    const warm = path.join(t.home, 'warm');
+    const stubOf = (pid: number) => { try { const c = fs.readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(' ').filter(Boolean); return c.length === 1 ? Number(c[0]) : null; } catch { return null; } };
+    const idleStubs = () => fs.readdirSync(warm).filter((n) => n.endsWith('.idle')).map((n) => stubOf(Number(n.split('-')[0]))).filter((p): p is number => p !== null);
+    expect(await until(() => fs.existsSync(warm) && idleStubs().length >= 2, 20_000)).toBe(true);
+    await new Promise((r) => setTimeout(r, 2500));
+    const stubs = idleStubs();
+    const { runId, token, grandchild } = await launched('escape');
+    const fin = await waitTerminal(s, runId);
+    expect(fin.state).toBe('completed');
+    if (!stubs.includes(readStatusFile(t.home, runId).steps[0].process.pid)) return; // spawned (a stub was not ready): f11's case above
+    expectNothingLeft(runId, token, grandchild);
+  });
+
   it('cancel of an agent and grandchild that both ignore SIGTERM: SIGKILL after the grace, nothing survives', async () => {
     const { runId, token, grandchild } = await launched('stay');
     expect(pidsWithToken(token).length).toBeGreaterThanOrEqual(2);
