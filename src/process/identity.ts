@@ -161,7 +161,12 @@ export function commandLineOf(pid: number): string[] {
  * that ended its run and went back to the pool names the pool instead (docs/architecture.md, "Warm runners").
  */
 export function servesRun(runner: ProcessIdentity, runDir: string): boolean {
-  return isAlive(runner) && (!HAS_PROC || commandLineOf(runner.pid).includes(runDir));
+  if (!isAlive(runner)) return false;
+  if (!HAS_PROC) return true;
+  // An empty command line is a process on its way out: its memory goes before it is a zombie, and a cancel that
+  // stopped waiting then answered while the runner still ran. It is the run's until it is gone.
+  const cmd = commandLineOf(runner.pid);
+  return cmd.length === 0 || cmd.includes(runDir);
 }
 
 /**

@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import fs from 'node:fs';
 import { afterEach, describe, expect, it } from 'vitest';
-import { isAlive, readIdentity, readProcessInfo, selfIdentity } from '../../src/process/identity.js';
+import { isAlive, readIdentity, readProcessInfo, selfIdentity, servesRun } from '../../src/process/identity.js';
 import { findRunProcesses, signalVerified, terminateProcesses } from '../../src/process/terminate.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -75,6 +75,30 @@ describe('process identity (pid + start time)', () => {
     expect(isAlive(id)).toBe(false);
     expect(readIdentity(zpid)).toBeNull();
     expect(findRunProcesses({ pgids: [readProcessInfo(zpid)!.pgid] }).map((p) => p.pid)).not.toContain(zpid);
+  });
+});
+
+describe('servesRun: whether a runner still works for a run', () => {
+  it('a live runner serves the run its command line names, not another; a dead one serves none', async () => {
+    const child = spawn(process.execPath, ['-e', 'setTimeout(() => {}, 60000)', '/state/runs/r-one'], { stdio: 'ignore' });
+    try {
+      await new Promise((r) => child.once('spawn', r));
+      const id = readIdentity(child.pid!)!;
+      expect(servesRun(id, '/state/runs/r-one')).toBe(true);
+      expect(servesRun(id, '/state/runs/r-two')).toBe(false);
+      child.kill('SIGKILL');
+      await new Promise((r) => child.once('exit', r));
+      expect(servesRun(id, '/state/runs/r-one')).toBe(false);
+    } finally {
+      child.kill('SIGKILL');
+    }
+  });
+
+  it.skipIf(process.platform !== 'linux')('a live process whose command line is empty (one on its way out) still counts until it is gone', () => {
+    // kthreadd (pid 2) is alive with an empty command line, as an exiting process is once its memory is released.
+    const kthreadd = readIdentity(2);
+    if (!kthreadd || fs.readFileSync('/proc/2/cmdline', 'latin1') !== '') return; // not visible here (a pid namespace)
+    expect(servesRun(kthreadd, '/state/runs/r-one')).toBe(true);
   });
 });
 
