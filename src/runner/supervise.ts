@@ -68,9 +68,6 @@ async function persistently<T>(fn: () => Promise<T>): Promise<T> {
 
 type StopReason = 'CANCELLED' | 'TIMEOUT' | 'PARENT_ENDED';
 
-/** A step's agent is written into the run's status as running once it has lived this long (see `runAgent`). */
-const RUNNING_SHOWN_AFTER_MS = 25;
-
 /** Beyond the kill grace, how long a step of a worker's run waits for its worker to end its nested runs in Redis. */
 const REMOTE_SETTLE_MARGIN_MS = 20_000;
 
@@ -362,8 +359,8 @@ class Executor {
       await this.write();
       return { ok: false, ran: false, text: NO_TEXT, error: { code: this.stopReason ?? 'CANCELLED', message: `step ${st.key} did not start` } };
     }
-    // Written once the agent has run a moment, with its identity: a step is shown running once there is a process to
-    // show. (A write here as well was one more locked status write per agent, on a path every launch waits behind.)
+    // Written at onStarted, with the agent's identity: a step is shown running once there is a process to show.
+    // (A write here as well was one more locked status write per agent, on a path every launch waits behind.)
     st.state = 'running';
     st.startedAt = new Date().toISOString();
     this.store.event(this.runId, { type: 'step-started', step: st.key, agent: spec.agent.name });
@@ -394,7 +391,6 @@ class Executor {
     const timeoutMs = spec.agent.timeoutMs ?? this.record.defaultStepTimeoutMs;
     const recorded: Promise<unknown>[] = [];
     let result;
-    let shown: NodeJS.Timeout | null = null;
     const stub = this.takeStub();
     try {
       result = await runAgentProcess({
@@ -414,15 +410,10 @@ class Executor {
           st.process = agent;
           this.noteAgentStart(agent, since);
           // Not awaited here (the agent is already running), but before the step ends: nothing outlives its step.
-          recorded.push(setAgentSlotProcess(this.ledger, slotKey, agent).catch(() => {}));
-          // Shown running, with its process, once it has run a moment: an agent that ends sooner is shown by the step's
-          // own end (a single run's terminal write), and its running write was one more locked write, inodes made and
-          // freed, while its runner was to see it exit.
-          shown = setTimeout(() => { shown = null; recorded.push(this.write().catch(() => {})); }, RUNNING_SHOWN_AFTER_MS);
+          recorded.push(this.write().catch(() => {}), setAgentSlotProcess(this.ledger, slotKey, agent).catch(() => {}));
         },
       });
     } finally {
-      if (shown) clearTimeout(shown);
       budget.revoke();
       await Promise.all(recorded);
       await stub?.dispose(); // not used by this agent (spawned instead): it exits now, not at the sweep
