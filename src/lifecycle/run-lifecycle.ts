@@ -96,12 +96,9 @@ export async function endRun(on: RunEnder, run: EndingRun, end: RunEnd, options:
     const already = { ours: false, ledgerReturned: options.ledgerReturned ?? false, ledgerError: null };
     if (!canTransition(current.state, end.state) || (end.from && !end.from.includes(current.state))) return { status: current, ...already };
     const next = endedStatus(options.runnerStatus ?? current, end);
-    // The live runner's status replaces one that is missing or damaged (as `updateLocked` does with `repairFrom`).
-    if (stored === null) on.store.event(run.runId, { type: 'status-repaired' });
     let ledgerReturned = options.ledgerReturned ?? false;
     let ledgerError: unknown = null;
-    const returnLedger = async () => {
-      if (ledgerReturned || next.survivors.length > 0) return;
+    if (!ledgerReturned && next.survivors.length === 0) {
       try {
         await returnRunLedger(on, run, next, options.ledgerDurable ?? true);
         ledgerReturned = true;
@@ -109,12 +106,9 @@ export async function endRun(on: RunEnder, run: EndingRun, end: RunEnd, options:
       } catch (e) {
         ledgerError = e;
       }
-    };
-    // The ledger goes back while the status file's fsync is on the disk; the status appears after it, so that a
-    // client that sees the end can launch into the freed slot. The run lock is held throughout: the status read
-    // above is still the stored one.
-    const status = await on.store.replaceLocked(run.runId, next, returnLedger);
-    return { status, ours: true, ledgerReturned, ledgerError };
+    }
+    const status = on.store.updateLocked(run.runId, () => next, { durable: true, repairFrom: options.runnerStatus });
+    return { status, ours: status === next, ledgerReturned, ledgerError };
   };
   return options.locked ? body() : on.store.withRunLock(run.runId, body);
 }

@@ -51,26 +51,6 @@ export async function writeFileAtomicAsync(file: string, data: string | Uint8Arr
   if (durable && options.syncDir !== false) await fsyncDirAsync(path.dirname(file));
 }
 
-/**
- * `writeFileAtomic` (durable) whose file fsync runs on the thread pool while `alongside` does its work, the file
- * renamed into place only once both have settled: nobody sees the new content before `alongside` is done, and the
- * fsync costs that work's time instead of adding to it. A run's end returns its ledger entries this way before its
- * terminal status appears (docs/contract.md, "Invariants"). A rejected `alongside` or fsync leaves `file` unchanged
- * and rejects with that error.
- */
-export async function writeFileAtomicAlongside(file: string, data: string | Uint8Array, alongside: () => Promise<unknown>): Promise<void> {
-  const { tmp, fd } = openTemp(file, data);
-  const synced = fsPort.fsync(fd).catch((e: unknown) => { throw writeFailure(file, e); });
-  const results = await Promise.allSettled([synced, Promise.resolve().then(alongside)]);
-  const failed = results.find((r): r is PromiseRejectedResult => r.status === 'rejected');
-  if (failed) {
-    abandonTemp(tmp, fd);
-    throw failed.reason;
-  }
-  publishTemp(file, tmp, fd);
-  fsyncDir(path.dirname(file));
-}
-
 let tempSeq = 0;
 
 /**

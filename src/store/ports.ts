@@ -30,11 +30,6 @@ export interface RunStore {
   update(runId: string, mutate: (s: RunStatus) => RunStatus | null, options?: UpdateOptions): Promise<RunStatus>;
   /** The same, for a caller that holds the run lock. */
   updateLocked(runId: string, mutate: (s: RunStatus) => RunStatus | null, options?: UpdateOptions): RunStatus;
-  /**
-   * Stores `next` whole and durably (no compare-and-set: the caller holds the run lock and checked the stored status
-   * itself), running `alongside` while the write is on the disk; `next` is visible only once `alongside` settled.
-   */
-  replaceLocked(runId: string, next: RunStatus, alongside?: () => Promise<unknown>): Promise<RunStatus>;
   listRunIds(): string[];
   readAppends(runId: string): AppendRecord[];
   /** Durable when it returns; the caller holds the run lock. */

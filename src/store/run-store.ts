@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { SubagentError } from '../errors.js';
 import { isRunId } from '../ids.js';
-import { ensureDurablePrivateDir, fsyncDirAsync, fsyncFiles, writeFileAtomic, writeFileAtomicAlongside, writeNewFile } from './atomic-write.js';
+import { ensureDurablePrivateDir, fsyncDirAsync, fsyncFiles, writeFileAtomic, writeNewFile } from './atomic-write.js';
 import { fsPort } from './fs-port.js';
 import { appendEvent } from './event-log.js';
 import { AppendFile, ChildMarkerFile, readStateFile, RunRecordFile, RunStatusFile } from './state-files.js';
@@ -149,17 +149,6 @@ export class FileRunStore implements RunStore {
     next.updatedAt = new Date().toISOString();
     const durable = options.durable ?? isTerminalRun(next.state);
     writeFileAtomic(this.paths(runId).status, JSON.stringify(next), { durable });
-    return next;
-  }
-
-  /**
-   * Writes `next` as the run's status, fsynced, for a caller that holds the run lock and has read the stored status
-   * itself (nothing else writes it meanwhile): no read here. `alongside` runs while the file's fsync is on the disk,
-   * and the new status appears only after it has settled (a run's end returns its ledger entries so).
-   */
-  async replaceLocked(runId: string, next: RunStatus, alongside: () => Promise<unknown> = async () => {}): Promise<RunStatus> {
-    next.updatedAt = new Date().toISOString();
-    await writeFileAtomicAlongside(this.paths(runId).status, JSON.stringify(next), alongside);
     return next;
   }
 

@@ -240,14 +240,13 @@ describe('one run lifecycle: the same accounting from every caller', () => {
     const ids = fabricate({ nested: true, state: 'running', runner: deadIdentity() });
     const record = ctx.store.readRecord(ids.runId)!;
     let refuse = true;
-    // The file store, its terminal write refused once after the work beside it (the ledger's return) is done.
+    // The file store, its terminal write refused once (after the ledger's return, which comes first).
     const store = new Proxy(ctx.store, {
       get(target, key, receiver) {
-        if (key !== 'replaceLocked') return Reflect.get(target, key, receiver) as unknown;
-        return async (runId: string, next: RunStatus, alongside?: () => Promise<unknown>) => {
-          if (!refuse) return target.replaceLocked(runId, next, alongside);
+        if (key !== 'updateLocked') return Reflect.get(target, key, receiver) as unknown;
+        return (...args: Parameters<typeof target.updateLocked>) => {
+          if (!refuse) return target.updateLocked(...args);
           refuse = false;
-          await alongside?.();
           throw Object.assign(new Error('ENOSPC: injected'), { code: 'ENOSPC' });
         };
       },

@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createFileExclusive, ensureDurablePrivateDir, ensurePrivateDir, removeStaleTemps, tempNameFor, writeFileAtomic, writeFileAtomicAlongside, writeNewFile } from '../../src/store/atomic-write.js';
+import { createFileExclusive, ensureDurablePrivateDir, ensurePrivateDir, removeStaleTemps, tempNameFor, writeFileAtomic, writeNewFile } from '../../src/store/atomic-write.js';
 import { overrideFsPort } from '../../src/store/fs-port.js';
 
 const errno = (code: string) => Object.assign(new Error(`${code}: injected`), { code });
@@ -44,33 +44,6 @@ describe('writeFileAtomic', () => {
     restore();
     restore = undefined;
     expect(fs.readFileSync(f, 'utf8')).toBe('old');
-    expect(leftovers()).toEqual([]);
-  });
-
-  it('alongside: the new content appears only after the work beside its fsync has settled', async () => {
-    const f = path.join(dir, 'status.json');
-    writeFileAtomic(f, '{"a":1}');
-    const seenDuring: string[] = [];
-    await writeFileAtomicAlongside(f, '{"a":2}', async () => {
-      seenDuring.push(fs.readFileSync(f, 'utf8'));
-      await new Promise((r) => setTimeout(r, 20)); // the fsync may well be done by now: still not renamed
-      seenDuring.push(fs.readFileSync(f, 'utf8'));
-    });
-    expect(seenDuring).toEqual(['{"a":1}', '{"a":1}']);
-    expect(fs.readFileSync(f, 'utf8')).toBe('{"a":2}');
-    expect(fs.statSync(f).mode & 0o777).toBe(0o600);
-    expect(leftovers()).toEqual([]);
-  });
-
-  it('alongside: a failing fsync or a rejected work leaves the old content and no temp file', async () => {
-    const f = path.join(dir, 'status.json');
-    writeFileAtomic(f, '{"a":1}');
-    await expect(writeFileAtomicAlongside(f, '{"a":2}', async () => { throw new Error('work failed'); })).rejects.toThrow('work failed');
-    restore = overrideFsPort({ fsyncSync: () => { throw errno('EIO'); } });
-    let ran = false;
-    await expect(writeFileAtomicAlongside(f, '{"a":3}', async () => { ran = true; })).rejects.toMatchObject({ code: 'INTERNAL' });
-    expect(ran).toBe(true); // the work beside it is done either way (its caller records what it did)
-    expect(fs.readFileSync(f, 'utf8')).toBe('{"a":1}');
     expect(leftovers()).toEqual([]);
   });
 
