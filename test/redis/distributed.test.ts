@@ -41,7 +41,8 @@ function agentsFor(home: string): void {
   const dir = path.join(home, 'agents');
   writeAgent(dir, 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
   writeAgent(dir, 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
-  writeAgent(dir, 'nap', { backend: 'command', command: ['node', FAKE, 'sleep', '800'] });
+  // Long enough that a status poll sees it running on a loaded machine (a worker's mirror publishes the state).
+  writeAgent(dir, 'nap', { backend: 'command', command: ['node', FAKE, 'sleep', '3000'] });
 }
 
 async function startWorker(name: string, o: { roots?: string[]; concurrency?: number; args?: string[]; env?: Record<string, string> } = {}): Promise<WorkerProc> {
