@@ -177,7 +177,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
   // and they no longer queue ahead of the launches that can be admitted).
   // Nested launches are never queued: they are charged to agent slots and the tree's budget, which refuse instead.
   const queueing = !nesting && input.queue !== false && settings.maxActiveRuns > 0;
-  const queued = () => enqueueLaunch(ctx, { record, status, catalog, steps, paths, envFor: input.mode === 'chain' ? [...catalog.values()] : null, queueTimeoutMs: input.queueTimeoutMs ?? settings.queueTimeoutMs });
+  const queued = (indexed?: Promise<void>) => enqueueLaunch(ctx, { record, status, catalog, steps, paths, envFor: input.mode === 'chain' ? [...catalog.values()] : null, queueTimeoutMs: input.queueTimeoutMs ?? settings.queueTimeoutMs, indexed });
   const refusal = nesting ? null : refusalWithoutLock(ctx);
   if (refusal) {
     if (queueing) return queued();
@@ -196,6 +196,11 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
   const proceedBy = performance.now() + handshakeTimeoutMs;
   const reserving = reserve(ctx, { runId, claims: paths.length, claimPaths: paths, nested, firstAgent, treeLimits: limits, runner: boundTo });
   reserving.catch(() => {}); // awaited below
+  // Indexed first (listings read the index, not every run directory): the index may name a run that was never
+  // created (skipped), never miss one that was. Its fdatasync runs beside the reservation's fsyncs, not after them:
+  // a launch refused under the lock leaves a line that names no run.
+  const indexed = indexRun(ctx.layout, [ctx.sessionId, rootRecord?.sessionId], runId);
+  indexed.catch(() => {}); // observed by publish (or the queue's), which may fail before it gets there
   let prepared: PreparedRun | null = null;
   let prepareFailure: unknown = null;
   try {
@@ -215,7 +220,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
     forgetPeek(ctx, peeked);
     if (prepared) ctx.store.discard(prepared);
     if (e instanceof SubagentError && e.code === 'CAPACITY_EXHAUSTED' && !nesting) {
-      if (queueing) return queued();
+      if (queueing) return queued(indexed);
       throw capacityRefusal(ctx, e.message);
     }
     throw e;
@@ -224,10 +229,6 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
   let created: PublishedRun;
   try {
     if (!prepared) throw prepareFailure;
-    // Indexed first (listings read the index, not every run directory): the index may name a run that was never
-    // created (skipped), never miss one that was.
-    const indexed = indexRun(ctx.layout, [ctx.sessionId, rootRecord?.sessionId], runId);
-    indexed.catch(() => {}); // observed by publish, which may fail before it gets there
     created = await ctx.store.publish(prepared, indexed);
     if (nesting) ctx.store.addChild(nesting.parentRunId, runId, nesting.parentStepKey);
   } catch (e) {
@@ -332,6 +333,8 @@ interface QueuedLaunchInput {
   paths: string[];
   envFor: AgentDefinition[] | null;
   queueTimeoutMs: number;
+  /** The run's index line, when the launch appended it before it found the home full. */
+  indexed?: Promise<void> | undefined;
 }
 
 /**
@@ -353,7 +356,7 @@ async function enqueueLaunch(ctx: ManagerContext, q: QueuedLaunchInput): Promise
       [CATALOG_SNAPSHOT_NAME]: catalogSnapshotJson(ctx, q.catalog),
       [QUEUED_LAUNCH_FILE]: JSON.stringify(launchFile),
     });
-    const indexed = indexRun(ctx.layout, [ctx.sessionId], runId);
+    const indexed = q.indexed ?? indexRun(ctx.layout, [ctx.sessionId], runId);
     indexed.catch(() => {});
     created = await ctx.store.publish(prepared, indexed);
     await created.durable;
