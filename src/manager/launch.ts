@@ -201,6 +201,10 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
   // a launch refused under the lock leaves a line that names no run.
   const indexed = indexRun(ctx.layout, [ctx.sessionId, rootRecord?.sessionId], runId);
   indexed.catch(() => {}); // observed by publish (or the queue's), which may fail before it gets there
+  // One turn of the event loop first: the ledger section has taken its lock and read the ledger, and runs on in
+  // microtasks up to its write's fsync on the thread pool. Prepared before that turn, the directory's writes held the
+  // ledger write back (and the lock every process of the home shares) for their whole length.
+  await new Promise<void>((resolve) => setImmediate(resolve));
   let prepared: PreparedRun | null = null;
   let prepareFailure: unknown = null;
   try {
