@@ -93,16 +93,22 @@ export async function awaitReady(o: WaitOptions): Promise<ProcessIdentity> {
   return actual;
 }
 
-/** Phase `proceed`: tell the runner to start, and wait until it has claimed the start in status.json. */
-export async function proceedAndAwaitStart(o: WaitOptions, runner: ProcessIdentity): Promise<RunStatus> {
-  // Not fsynced: proceed acknowledges nothing (the runner's durable start claim does); a proceed lost to a crash only
-  // means a runner that never started, and it exits on its own after the handshake timeout. The runner waits for the
-  // name alone and never reads the file: one create, no temp and link (two metadata operations fewer on every launch).
+/**
+ * Phase `proceed`: tells the runner to start. Not fsynced: proceed acknowledges nothing (the runner's durable start
+ * claim does); a proceed lost to a crash only means a runner that never started, and it exits on its own after the
+ * handshake timeout. The runner waits for the name alone and never reads the file: one create, no temp and link (two
+ * metadata operations fewer on every launch).
+ */
+export function sayProceed(paths: RunPaths): void {
   try {
-    writeNewFile(o.paths.proceed, JSON.stringify({ at: new Date().toISOString() }));
+    writeNewFile(paths.proceed, JSON.stringify({ at: new Date().toISOString() }));
   } catch (e) {
     if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e; // already said: the runner goes on all the same
   }
+}
+
+/** Waits until the runner told to proceed has claimed the start in status.json. */
+export async function awaitStart(o: WaitOptions, runner: ProcessIdentity): Promise<RunStatus> {
   return waitFor(o, 'proceed', o.paths.status, () => {
     const s = readStateFile<RunStatus>(o.paths.status, RunStatusFile);
     if (!s || s.state === 'starting') {
@@ -111,6 +117,12 @@ export async function proceedAndAwaitStart(o: WaitOptions, runner: ProcessIdenti
     }
     return s;
   });
+}
+
+/** Phase `proceed`: tell the runner to start, and wait until it has claimed the start in status.json. */
+export async function proceedAndAwaitStart(o: WaitOptions, runner: ProcessIdentity): Promise<RunStatus> {
+  sayProceed(o.paths);
+  return awaitStart(o, runner);
 }
 
 export function handshakeError(f: HandshakeFailure, runId: string): SubagentError {

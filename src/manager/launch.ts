@@ -6,7 +6,7 @@ import { buildAgentEnv, DEFERRED_CA_CERTS } from '../agents/agent-env.js';
 import type { AgentDefinition } from '../agents/types.js';
 import { SubagentError } from '../errors.js';
 import { newRunId } from '../ids.js';
-import { isAlive, readIdentity } from '../process/identity.js';
+import { isAlive, readIdentity, type ProcessIdentity } from '../process/identity.js';
 import { spawnDetached, type DetachedChild } from '../process/spawn-detached.js';
 import { readTail } from '../store/text-tail.js';
 import { endRun } from '../lifecycle/run-lifecycle.js';
@@ -17,9 +17,9 @@ import { firstStepWidth, type AgentTaskSpec, type RunMode, type RunRecord, type 
 import { CATALOG_SNAPSHOT_NAME, catalogFor, catalogSnapshotJson, freezeAgent } from './agent-resolver.js';
 import { bindReservation, pruneRoots, refusalWithoutLock, releaseReservation, reserve, type Reservation } from './capacity.js';
 import { RUNNER_MAIN, type ManagerContext } from './context.js';
-import { awaitReady, handshakeError, HandshakeFailure, proceedAndAwaitStart, type HandshakePhase } from '../lifecycle/handshake.js';
+import { awaitReady, awaitStart, handshakeError, HandshakeFailure, proceedAndAwaitStart, sayProceed, type HandshakePhase } from '../lifecycle/handshake.js';
 import { checkNesting } from './nesting.js';
-import { claimWarmRunner, forgetPeek, peekWarmRunner, takeForTest, warmLaunchSettled } from './warm-pool.js';
+import { claimWarmRunner, forgetPeek, type ClaimedWarmRunner, peekWarmRunner, takeForTest, warmLaunchSettled } from './warm-pool.js';
 import { resolveRunCwd } from './roots.js';
 import { indexRun, ownActiveRuns } from './listing.js';
 import { originalUmask } from './original-umask.js';
@@ -177,7 +177,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
   // and they no longer queue ahead of the launches that can be admitted).
   // Nested launches are never queued: they are charged to agent slots and the tree's budget, which refuse instead.
   const queueing = !nesting && input.queue !== false && settings.maxActiveRuns > 0;
-  const queued = () => enqueueLaunch(ctx, { record, status, catalog, steps, paths, envFor: input.mode === 'chain' ? [...catalog.values()] : null, queueTimeoutMs: input.queueTimeoutMs ?? settings.queueTimeoutMs });
+  const queued = (indexed?: Promise<void>) => enqueueLaunch(ctx, { record, status, catalog, steps, paths, envFor: input.mode === 'chain' ? [...catalog.values()] : null, queueTimeoutMs: input.queueTimeoutMs ?? settings.queueTimeoutMs, indexed });
   const refusal = nesting ? null : refusalWithoutLock(ctx);
   if (refusal) {
     if (queueing) return queued();
@@ -196,6 +196,15 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
   const proceedBy = performance.now() + handshakeTimeoutMs;
   const reserving = reserve(ctx, { runId, claims: paths.length, claimPaths: paths, nested, firstAgent, treeLimits: limits, runner: boundTo });
   reserving.catch(() => {}); // awaited below
+  // Indexed first (listings read the index, not every run directory): the index may name a run that was never
+  // created (skipped), never miss one that was. Its fdatasync runs beside the reservation's fsyncs, not after them:
+  // a launch refused under the lock leaves a line that names no run.
+  const indexed = indexRun(ctx.layout, [ctx.sessionId, rootRecord?.sessionId], runId);
+  indexed.catch(() => {}); // observed by publish (or the queue's), which may fail before it gets there
+  // One turn of the event loop first: the ledger section has taken its lock and read the ledger, and runs on in
+  // microtasks up to its write's fsync on the thread pool. Prepared before that turn, the directory's writes held the
+  // ledger write back (and the lock every process of the home shares) for their whole length.
+  await new Promise<void>((resolve) => setImmediate(resolve));
   let prepared: PreparedRun | null = null;
   let prepareFailure: unknown = null;
   try {
@@ -215,7 +224,7 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
     forgetPeek(ctx, peeked);
     if (prepared) ctx.store.discard(prepared);
     if (e instanceof SubagentError && e.code === 'CAPACITY_EXHAUSTED' && !nesting) {
-      if (queueing) return queued();
+      if (queueing) return queued(indexed);
       throw capacityRefusal(ctx, e.message);
     }
     throw e;
@@ -224,10 +233,6 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
   let created: PublishedRun;
   try {
     if (!prepared) throw prepareFailure;
-    // Indexed first (listings read the index, not every run directory): the index may name a run that was never
-    // created (skipped), never miss one that was.
-    const indexed = indexRun(ctx.layout, [ctx.sessionId, rootRecord?.sessionId], runId);
-    indexed.catch(() => {}); // observed by publish, which may fail before it gets there
     created = await ctx.store.publish(prepared, indexed);
     if (nesting) ctx.store.addChild(nesting.parentRunId, runId, nesting.parentStepKey);
   } catch (e) {
@@ -247,43 +252,63 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
   const runPaths = created.paths;
   let started: RunStatus;
   let askedWarmPool = false;
-  let warm: ReturnType<typeof claimWarmRunner> = null;
+  let warm: ClaimedWarmRunner | null = null;
   try {
     // A launch abandoned before its spawn (the server shutting down) starts no runner at all.
     if (o.signal.aborted) throw new HandshakeFailure('spawn', 'the launch was cancelled or the server is shutting down', null);
     const env = runnerEnv(ctx, steps, treePassEnv(ctx, parentRecord), envFor);
+    // The runner the reservation is bound to is told to proceed before its claim (docs/architecture.md, "Warm
+    // runners"): its identity was proven before the claim (announced, then found alive under it once taken), only
+    // that process reads the claim, and nothing it is waited for comes between. It then finds proceed the moment it
+    // has its run — one wake-up of each process per launch. The run's directory must be durable first (nothing
+    // starts, and nothing is acknowledged, of a run whose directory is not on disk): awaited before the take, so the
+    // take, proceed and the claim follow each other at once.
+    if (boundTo) await created.durable;
+    const proceedFirst = boundTo ? (taken: ProcessIdentity): boolean => {
+      if (!sameProcess(boundTo, taken)) return false; // another server took the bound one: the handshake as below
+      testFault(ctx, 'server-after-spawn');
+      phase = 'bind'; // bound already, in the reservation
+      testFault(ctx, 'server-after-bind');
+      phase = 'proceed';
+      if (o.signal.aborted) throw new HandshakeFailure('proceed', 'the launch was cancelled or the server is shutting down', null);
+      if (performance.now() > proceedBy) throw new HandshakeFailure('proceed', 'the handshake timed out (SUBAGENTS_HANDSHAKE_TIMEOUT_MS)', null);
+      sayProceed(runPaths);
+      return true;
+    } : undefined;
     // A pre-booted idle runner when the home has one (manager/warm-pool.ts): the one the reservation is bound to
     // unless another server took it meanwhile; else one booted for this run.
     askedWarmPool = true;
-    warm = claimWarmRunner(ctx, runPaths.dir, env, peeked);
+    warm = claimWarmRunner(ctx, runPaths.dir, env, peeked, proceedFirst);
     forgetPeek(ctx, peeked);
     child = warm?.child
       ?? await spawnDetached([process.execPath, RUNNER_MAIN, runPaths.dir], { cwd: runPaths.dir, env, logFile: runPaths.runnerLog });
-    testFault(ctx, 'server-after-spawn');
-    // Bound while the runner boots (the server is idle for those ~30 ms): to the process we started, as /proc shows
-    // it now. Its ready report must then name exactly this process, or the launch fails and releases what it holds.
-    // A warm runner the reservation was bound to already needs no second section.
-    const spawned = warm ? warm.runner : child.pid === undefined ? null : readIdentity(child.pid);
-    const boundAlready = boundTo !== null && spawned !== null && sameProcess(boundTo, spawned);
-    const early = spawned && !boundAlready ? bindReservation(ctx, runId, spawned, nesting !== null) : null;
-    early?.catch(() => {}); // awaited after ready
     const wait = { paths: runPaths, child, deadline, signal: o.signal };
-    // A warm runner's identity was proven before its claim (announced, then found alive under it once taken), and
-    // only that process reads the claim: bound to it, it is told to proceed without waiting for its ready report —
-    // one wake-up of each process fewer per launch (docs/architecture.md, "Warm runners"). Its death from here on
-    // is seen by the pool's liveness poll, as HANDSHAKE_FAILED at the proceed phase.
-    runner = warm ? warm.runner : await awaitReady(wait);
-    phase = 'bind';
-    o.onProgress?.('ready');
-    if (spawned && spawned.startTime !== runner.startTime) {
-      throw new HandshakeFailure('ready', 'the ready report does not match the runner process that was started', null);
+    if (warm?.proceedSaid) {
+      runner = warm.runner;
+      o.onProgress?.('ready');
+      // Its death from here on is seen by the pool's liveness poll, as HANDSHAKE_FAILED at the proceed phase.
+      started = await awaitStart(wait, runner);
+    } else {
+      testFault(ctx, 'server-after-spawn');
+      // Bound while the runner boots (the server is idle for those ~30 ms): to the process we started, as /proc shows
+      // it now. Its ready report must then name exactly this process, or the launch fails and releases what it holds.
+      const spawned = warm ? warm.runner : child.pid === undefined ? null : readIdentity(child.pid);
+      const early = spawned ? bindReservation(ctx, runId, spawned, nesting !== null) : null;
+      early?.catch(() => {}); // awaited after ready
+      // Any other warm runner's identity was proven before its claim too: it is told to proceed once bound, without
+      // waiting for its ready report (it still writes one, for reconciliation).
+      runner = warm ? warm.runner : await awaitReady(wait);
+      phase = 'bind';
+      o.onProgress?.('ready');
+      if (spawned && spawned.startTime !== runner.startTime) {
+        throw new HandshakeFailure('ready', 'the ready report does not match the runner process that was started', null);
+      }
+      await (early ?? bindReservation(ctx, runId, runner, nesting !== null));
+      await created.durable; // nothing starts, and nothing is acknowledged, of a run whose directory is not on disk
+      testFault(ctx, 'server-after-bind');
+      phase = 'proceed';
+      started = await proceedAndAwaitStart(wait, runner);
     }
-    if (!boundAlready) await (early ?? bindReservation(ctx, runId, runner, nesting !== null));
-    await created.durable; // nothing starts, and nothing is acknowledged, of a run whose directory is not on disk
-    testFault(ctx, 'server-after-bind');
-    phase = 'proceed';
-    if (boundAlready && performance.now() > proceedBy) throw new HandshakeFailure('proceed', 'the handshake timed out (SUBAGENTS_HANDSHAKE_TIMEOUT_MS)', runner);
-    started = await proceedAndAwaitStart(wait, runner);
     // Only the runner sets startedAt (when it claims the start): a run that already ran and ended — a first step that
     // failed at once — started all the same.
     if (started.startedAt === null) throw new HandshakeFailure('proceed', `the run became ${started.state} at its start`, runner);
@@ -312,6 +337,8 @@ interface QueuedLaunchInput {
   paths: string[];
   envFor: AgentDefinition[] | null;
   queueTimeoutMs: number;
+  /** The run's index line, when the launch appended it before it found the home full. */
+  indexed?: Promise<void> | undefined;
 }
 
 /**
@@ -333,7 +360,7 @@ async function enqueueLaunch(ctx: ManagerContext, q: QueuedLaunchInput): Promise
       [CATALOG_SNAPSHOT_NAME]: catalogSnapshotJson(ctx, q.catalog),
       [QUEUED_LAUNCH_FILE]: JSON.stringify(launchFile),
     });
-    const indexed = indexRun(ctx.layout, [ctx.sessionId], runId);
+    const indexed = q.indexed ?? indexRun(ctx.layout, [ctx.sessionId], runId);
     indexed.catch(() => {});
     created = await ctx.store.publish(prepared, indexed);
     await created.durable;

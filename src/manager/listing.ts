@@ -135,9 +135,10 @@ export function listVisibleRuns(ctx: ManagerContext): VisibleRun[] {
 
 /*
  * The run index: `<home>/index/<session>.runs`, one run id per line, for every session that sees the run by owning it
- * or its tree's root. A launch appends (fdatasync'ed) before it writes the run's record, so the index may name a run
- * that never came to be (skipped: it has no record) but never misses one. `index/complete` says that every run made
- * before the index existed was indexed (by one full scan, the first time a server of this version lists runs).
+ * or its tree's root. A launch appends (fdatasync'ed) beside its reservation and before it publishes the run's
+ * directory, so the index may name a run that never came to be (skipped: it has no record) but never misses one.
+ * `index/complete` says that every run made before the index existed was indexed (by one full scan, the first time a
+ * server of this version lists runs).
  */
 const indexReady = new Set<string>();
 

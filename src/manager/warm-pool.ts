@@ -103,13 +103,27 @@ export function peekWarmRunner(ctx: ManagerContext): IdleEntry | null {
   return null;
 }
 
+/** A warm runner taken and claimed for a run (`claimWarmRunner`). */
+export interface ClaimedWarmRunner {
+  child: DetachedChild;
+  runner: ProcessIdentity;
+  /** `beforeClaim` told this runner's run to proceed before the claim was written. */
+  proceedSaid: boolean;
+}
+
 /**
  * Takes an idle runner for the run in `runDir` and hands it the run's environment: the `peeked` one if it is still
  * idle, else any other; null when the pool is off or empty (the launch boots one). The returned child reports the
  * runner's death during the handshake, as a spawned one would; `runner` is its identity as announced and found alive
  * after it was taken: the claim reaches that process alone.
+ *
+ * `beforeClaim` runs between the take and the claim with the taken runner's identity, and returns true when it said
+ * `proceed` for the run (the launch does so for the runner its reservation is bound to: docs/architecture.md, "Warm
+ * runners"). If it throws, the runner, taken and never told a run, is stopped and its names removed, and the error
+ * goes to the caller. Once proceed is said, a claim that cannot be written fails the same way: no other runner may
+ * be given a run that is already told to start.
  */
-export function claimWarmRunner(ctx: ManagerContext, runDir: string, env: Record<string, string>, peeked: IdleEntry | null): { child: DetachedChild; runner: ProcessIdentity } | null {
+export function claimWarmRunner(ctx: ManagerContext, runDir: string, env: Record<string, string>, peeked: IdleEntry | null, beforeClaim?: (runner: ProcessIdentity) => boolean): ClaimedWarmRunner | null {
   if (ctx.settings.warmRunners === 0) return null;
   const state = stateOf(ctx);
   // Counted from the claim (not the look): a refill runs in a gap between launches, and a loop's next launch is
@@ -127,14 +141,24 @@ export function claimWarmRunner(ctx: ManagerContext, runDir: string, env: Record
     if (!files.take(e.key)) continue; // another server's, or it retired
     if (!isAlive(e)) { files.forget(e.key, e.log); continue; }
     state.booting.delete(e.pid); // announced and taken: no longer one of ours on its way up
+    const runner = { pid: e.pid, startTime: e.startTime };
+    let proceedSaid = false;
     try {
-      files.writeClaim(e.key, { runDir, env, pool: { size: poolSize(ctx, state), maxRuns: ctx.settings.warmRunnerRuns } });
-    } catch {
+      proceedSaid = beforeClaim?.(runner) ?? false;
+    } catch (err) {
       stopIdle(e);
       files.forget(e.key, e.log);
+      throw err;
+    }
+    try {
+      files.writeClaim(e.key, { runDir, env, pool: { size: poolSize(ctx, state), maxRuns: ctx.settings.warmRunnerRuns } });
+    } catch (err) {
+      stopIdle(e);
+      files.forget(e.key, e.log);
+      if (proceedSaid) throw err;
       continue;
     }
-    return { child: watched(e, ctx.settings.handshakeTimeoutMs), runner: { pid: e.pid, startTime: e.startTime } };
+    return { child: watched(e, ctx.settings.handshakeTimeoutMs), runner, proceedSaid };
   }
   return null;
 }

@@ -168,19 +168,21 @@ export function createFileExclusive(file: string, data: string, options: AtomicW
 }
 
 /**
- * fsyncs files already written, all at once on the thread pool (concurrent fsyncs share the journal's commits, and
- * the event loop serves other requests meanwhile). For files in a directory not yet published.
+ * fsyncs files written by `createNewFile`, all at once on the thread pool (concurrent fsyncs share the journal's
+ * commits, and the event loop serves other requests meanwhile), then closes them (a failed close is a failed write).
+ * For files in a directory not yet published.
  */
-export async function fsyncFiles(files: string[]): Promise<void> {
-  await Promise.all(files.map(async (file) => {
-    let fd: number | undefined;
+export async function fsyncAndClose(files: Array<{ file: string; fd: number }>): Promise<void> {
+  await Promise.all(files.map(async ({ file, fd }) => {
+    let open = true;
     try {
-      fd = fsPort.openSync(file, O_RDONLY | O_NOFOLLOW);
       await fsPort.fsync(fd);
+      open = false;
+      fsPort.closeSync(fd);
     } catch (e) {
       throw writeFailure(file, e);
     } finally {
-      if (fd !== undefined) try { fsPort.closeSync(fd); } catch { /* ignore */ }
+      if (open) try { fs.closeSync(fd); } catch { /* already failing */ }
     }
   }));
 }
@@ -238,11 +240,25 @@ export function ensureDurablePrivateDir(dir: string): void {
 
 /**
  * Creates `file` with `data` where no reader can meet it half written, so without a temp and a rename of its own:
- * in a directory nobody sees yet (built under a hidden name; renaming the directory publishes its files whole), or
- * a signal file whose name is the whole message. O_EXCL and O_NOFOLLOW all the same: an existing name, even a planted
- * symlink, is refused (EEXIST) rather than written through. Not fsynced.
+ * in a directory nobody sees yet (built under a hidden name; renaming the directory publishes its files whole), a
+ * signal file whose name is the whole message, or a file whose one reader takes it cut short for none (the warm
+ * pool's claim). O_EXCL and O_NOFOLLOW all the same: an existing name, even a planted symlink, is refused (EEXIST)
+ * rather than written through. Not fsynced.
  */
 export function writeNewFile(file: string, data: string): void {
+  const fd = createNewFile(file, data);
+  try {
+    fsPort.closeSync(fd); // a failed close is a failed write (EIO on some file systems)
+  } catch (e) {
+    throw writeFailure(file, e);
+  }
+}
+
+/**
+ * `writeNewFile` that leaves the file open, for `fsyncAndClose`: a directory built to be published fsyncs what it
+ * wrote through the descriptors it wrote with, rather than opening every file again.
+ */
+export function createNewFile(file: string, data: string): number {
   let fd: number | undefined;
   assertNoLinkBelowHome(file);
   try {
@@ -250,9 +266,7 @@ export function writeNewFile(file: string, data: string): void {
     const bytes = Buffer.from(data);
     let off = 0;
     while (off < bytes.length) off += fsPort.writeSync(fd, bytes.subarray(off));
-    const done = fd;
-    fd = undefined;
-    fsPort.closeSync(done); // a failed close is a failed write (EIO on some file systems)
+    return fd;
   } catch (e) {
     if (fd !== undefined) try { fs.closeSync(fd); } catch { /* already failing */ }
     throw writeFailure(file, e);

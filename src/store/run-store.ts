@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { SubagentError } from '../errors.js';
 import { isRunId } from '../ids.js';
-import { ensureDurablePrivateDir, fsyncDirAsync, fsyncFiles, writeFileAtomic, writeNewFile } from './atomic-write.js';
+import { createNewFile, ensureDurablePrivateDir, fsyncAndClose, fsyncDirAsync, writeFileAtomic } from './atomic-write.js';
 import { fsPort } from './fs-port.js';
 import { appendEvent } from './event-log.js';
 import { AppendFile, ChildMarkerFile, readStateFile, RunRecordFile, RunStatusFile } from './state-files.js';
@@ -56,20 +56,23 @@ export class FileRunStore implements RunStore {
     // Built under a hidden temp name and renamed into place: a server killed mid-create leaves no half-record (a run
     // directory without its status), only a temp directory that listings never see and the next server start removes.
     const tmp = new RunPaths(path.join(this.layout.runsDir, `.${record.runId}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`));
+    const written: Array<{ file: string; fd: number }> = [];
     try {
       fs.mkdirSync(tmp.dir, { mode: 0o700 });
-      const files = [tmp.record, tmp.status, ...Object.keys(extra).map((name) => path.join(tmp.dir, name))];
-      // Plain creates: the directory's rename at publish is what makes these files appear whole.
-      writeNewFile(tmp.record, JSON.stringify(record));
-      writeNewFile(tmp.status, JSON.stringify(status));
-      for (const [name, text] of Object.entries(extra)) writeNewFile(path.join(tmp.dir, name), text);
+      // Plain creates: the directory's rename at publish is what makes these files appear whole. Kept open for
+      // their fsyncs (no second open of each).
+      const create = (file: string, text: string) => { written.push({ file, fd: createNewFile(file, text) }); };
+      create(tmp.record, JSON.stringify(record));
+      create(tmp.status, JSON.stringify(status));
+      for (const [name, text] of Object.entries(extra)) create(path.join(tmp.dir, name), text);
       appendEvent(tmp.events, { type: 'created', mode: record.mode, steps: record.steps.length });
       // Fsynced together on the thread pool, the directory in the same round (both only have to precede the rename):
       // one after the other on the event loop they held up every other request of the server.
-      const synced = Promise.all([fsyncFiles(files), fsyncDirAsync(tmp.dir)]).then(() => {});
+      const synced = Promise.all([fsyncAndClose(written), fsyncDirAsync(tmp.dir)]).then(() => {});
       synced.catch(() => {}); // observed by publish; unobserved only when the run is discarded
       return { runId: record.runId, tmp, synced };
     } catch (e) {
+      for (const { fd } of written) try { fs.closeSync(fd); } catch { /* already failing */ }
       removeTree(tmp.dir);
       throw e;
     }

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { ProcessIdentity } from '../process/identity.js';
-import { writeFileAtomic } from './atomic-write.js';
+import { writeFileAtomic, writeNewFile } from './atomic-write.js';
 import { readStateText } from './state-file.js';
 
 /**
@@ -150,9 +150,15 @@ export class WarmPoolFiles {
     if (log) fs.rmSync(path.join(this.dir, log), { force: true });
   }
 
-  /** The claimant's message: 0600, whole or absent (it carries the run's environment, so never a listing's business). */
+  /**
+   * The claimant's message: 0600 (it carries the run's environment, so never a listing's business), created
+   * O_EXCL|O_NOFOLLOW in place, without a temp and a rename: only the runner that was taken reads it, and it takes
+   * a claim it finds still being written for none (`consumeClaim`: JSON cut short never parses), then wakes again at
+   * the write's own change event. A claimant killed mid-write leaves a runner that never gets a run, as one killed
+   * before the write does.
+   */
   writeClaim(key: string, claim: WarmClaim): void {
-    writeFileAtomic(this.file(key, 'claim'), JSON.stringify(claim), { durable: false });
+    writeNewFile(this.file(key, 'claim'), JSON.stringify(claim));
   }
 
   /**
@@ -160,9 +166,14 @@ export class WarmPoolFiles {
    * `serving(claim)` true: its `.taken` becomes `<key>.serving` instead, until it is back or gone.
    */
   consumeClaim(key: string, serving: (claim: WarmClaim) => boolean = () => false): WarmClaim | null {
-    let raw: string;
-    try { const t = readStateText(this.file(key, 'claim'), `${key}.claim`); if (t === null) return null; raw = t; } catch { return null; }
-    const v = JSON.parse(raw) as WarmClaim;
+    let v: WarmClaim;
+    try {
+      const raw = readStateText(this.file(key, 'claim'), `${key}.claim`);
+      if (raw === null) return null;
+      v = JSON.parse(raw) as WarmClaim; // not whole yet (writeClaim): no claim yet
+    } catch {
+      return null;
+    }
     const valid = typeof v.runDir === 'string' && typeof v.env === 'object' && v.env !== null;
     if (valid && serving(v)) {
       try { fs.renameSync(this.file(key, 'taken'), this.file(key, 'serving')); } catch { /* not counted: the pool may boot one more */ }
