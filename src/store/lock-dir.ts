@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { ProcessIdentity } from '../process/identity.js';
+import { pinForFree, unpinLater } from './deferred-free.js';
 
 /**
  * The directory that holds a lock: `<target>.lock`, made by mkdir and removed by rmdir, as proper-lockfile makes it
@@ -51,21 +52,28 @@ export function makeLockDir(dir: string, holder: ProcessIdentity | null): void {
  * over, an entry that is not there any more) lists the directory first.
  */
 export function removeLockDir(dir: string): void {
-  const own = ownHolders.get(dir);
-  ownHolders.delete(dir);
-  if (own !== undefined) {
-    try {
-      fs.unlinkSync(path.join(dir, own));
-      fs.rmdirSync(dir);
-      return;
-    } catch { /* not as this process left it: the general way below */ }
+  // The directory's block is freed when its last reference goes: on the thread pool (store/deferred-free.ts), not in
+  // the rmdir that releases the lock.
+  const pinned = pinForFree(dir);
+  try {
+    const own = ownHolders.get(dir);
+    ownHolders.delete(dir);
+    if (own !== undefined) {
+      try {
+        fs.unlinkSync(path.join(dir, own));
+        fs.rmdirSync(dir);
+        return;
+      } catch { /* not as this process left it: the general way below */ }
+    }
+    let names: string[] = [];
+    try { names = fs.readdirSync(dir); } catch { /* gone, or not ours to read: rmdir says which */ }
+    for (const name of names) {
+      if (name.startsWith(HOLDER_PREFIX)) try { fs.unlinkSync(path.join(dir, name)); } catch { /* removed meanwhile */ }
+    }
+    fs.rmdirSync(dir);
+  } finally {
+    unpinLater(pinned);
   }
-  let names: string[] = [];
-  try { names = fs.readdirSync(dir); } catch { /* gone, or not ours to read: rmdir says which */ }
-  for (const name of names) {
-    if (name.startsWith(HOLDER_PREFIX)) try { fs.unlinkSync(path.join(dir, name)); } catch { /* removed meanwhile */ }
-  }
-  fs.rmdirSync(dir);
 }
 
 /** A holder entry's record: a symlink's target, or (earlier versions) a regular file's content; null when unreadable. */
