@@ -3,7 +3,7 @@ import fs from 'node:fs';
 /**
  * Freeing a file's or a directory's data blocks is the dear part of replacing a state file (rename over the old one)
  * or of releasing a lock (rmdir): on an ext4 mounted with `discard` the free issues the discard to the device before
- * the system call returns (~60–130 µs each here, milliseconds when other processes load the disk), and every lock
+ * the system call returns (longer the busier the disk is), and every lock
  * section and state write of a run pays it on the thread that waits for the section. The kernel frees an inode's
  * blocks when its last reference goes, not at the unlink, rename or rmdir that drops its name: a reference taken
  * before (an `O_PATH` descriptor: no access, no side effect even on a device or FIFO) and dropped on the thread pool
