@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import { deferredFreesSettled } from '../store/deferred-free.js';
 
 /**
  * Whether a warm runner whose run has ended may serve another (docs/architecture.md, "Warm runners"): only when the
@@ -30,6 +31,7 @@ export interface ReuseBaseline {
  */
 async function closesSettled(): Promise<void> {
   for (let i = 0; i < 2; i++) await new Promise((r) => setImmediate(r));
+  await deferredFreesSettled(); // replaced state files and released locks, freed on the thread pool
 }
 
 /** The runner as it is idle before its first run (after its rehearsal). */

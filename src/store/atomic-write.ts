@@ -3,6 +3,7 @@ import path from 'node:path';
 import { SubagentError } from '../errors.js';
 import { fsPort } from './fs-port.js';
 import { assertNoLinkBelowHome } from './home-guard.js';
+import { pinForFree, unpinLater } from './deferred-free.js';
 
 const { O_CREAT, O_EXCL, O_WRONLY, O_NOFOLLOW, O_RDONLY, O_DIRECTORY } = fs.constants;
 
@@ -82,16 +83,23 @@ function openTemp(file: string, data: string | Uint8Array): { tmp: string; fd: n
   }
 }
 
-/** Closes the temp and renames it over `file`. */
+/**
+ * Closes the temp and renames it over `file`. The file it replaces is freed on the thread pool, not here
+ * (store/deferred-free.ts): every status and ledger write replaces one.
+ */
 function publishTemp(file: string, tmp: string, fd: number): void {
   let open = true;
+  let replaced: number | null = null;
   try {
     fsPort.closeSync(fd);
     open = false;
+    replaced = pinForFree(file);
     fsPort.renameSync(tmp, file);
   } catch (e) {
     abandonTemp(tmp, open ? fd : undefined);
     throw writeFailure(file, e);
+  } finally {
+    unpinLater(replaced);
   }
 }
 

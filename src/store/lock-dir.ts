@@ -2,6 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import type { ProcessIdentity } from '../process/identity.js';
+import { pinForFree, unpinLater } from './deferred-free.js';
 
 /**
  * The directory that holds a lock: `<target>.lock`, made by mkdir and removed by rmdir, as proper-lockfile makes it
@@ -51,21 +52,34 @@ export function makeLockDir(dir: string, holder: ProcessIdentity | null): void {
  * over, an entry that is not there any more) lists the directory first.
  */
 export function removeLockDir(dir: string): void {
-  const own = ownHolders.get(dir);
-  ownHolders.delete(dir);
-  if (own !== undefined) {
-    try {
-      fs.unlinkSync(path.join(dir, own));
-      fs.rmdirSync(dir);
-      return;
-    } catch { /* not as this process left it: the general way below */ }
+  // The directory's block is freed when its last reference goes: on the thread pool (store/deferred-free.ts), not in
+  // the rmdir that releases the lock.
+  const pinned = pinForFree(dir);
+  try {
+    const own = ownHolders.get(dir);
+    ownHolders.delete(dir);
+    if (own !== undefined) {
+      try {
+        fs.unlinkSync(path.join(dir, own));
+      } catch (e) {
+        // Our entry is gone: the lock was taken over as stale (its directory removed with the entry) and may be
+        // another holder's now. Not ours to remove.
+        if ((e as NodeJS.ErrnoException).code === 'ENOENT') return;
+      }
+      try {
+        fs.rmdirSync(dir);
+        return;
+      } catch { /* not as this process left it: the general way below */ }
+    }
+    let names: string[] = [];
+    try { names = fs.readdirSync(dir); } catch { /* gone, or not ours to read: rmdir says which */ }
+    for (const name of names) {
+      if (name.startsWith(HOLDER_PREFIX)) try { fs.unlinkSync(path.join(dir, name)); } catch { /* removed meanwhile */ }
+    }
+    fs.rmdirSync(dir);
+  } finally {
+    unpinLater(pinned);
   }
-  let names: string[] = [];
-  try { names = fs.readdirSync(dir); } catch { /* gone, or not ours to read: rmdir says which */ }
-  for (const name of names) {
-    if (name.startsWith(HOLDER_PREFIX)) try { fs.unlinkSync(path.join(dir, name)); } catch { /* removed meanwhile */ }
-  }
-  fs.rmdirSync(dir);
 }
 
 /** A holder entry's record: a symlink's target, or (earlier versions) a regular file's content; null when unreadable. */
@@ -112,6 +126,41 @@ export function clearDeadHolder(dir: string, isAlive: (id: ProcessIdentity) => b
   // The directory is still the dead holder's acquisition (nobody can mkdir while it exists): remove it.
   try { fs.rmdirSync(dir); } catch { /* taken over as stale meanwhile */ }
   return true;
+}
+
+/**
+ * Takes the lock on `target` if it is free at once, as `withLock` does through proper-lockfile, for a section of any
+ * length: the same directory and holder entry, its mtime refreshed every `staleMs / 2` while it is held (what
+ * proper-lockfile does, so that nobody takes it over as stale), and only while it is still this acquisition's (its
+ * holder entry is there). Returns its release, or null when it is held or could not be made (the caller then goes
+ * through proper-lockfile, which says why). The release removes the directory only while this acquisition's holder
+ * entry is there: a lock taken over meanwhile is the new holder's.
+ */
+export function takeFreeLock(target: string, holder: ProcessIdentity, staleMs: number): (() => void) | null {
+  const dir = lockDirOf(target);
+  try {
+    makeLockDir(dir, holder);
+  } catch {
+    return null;
+  }
+  const own = ownHolders.get(dir);
+  const entry = own === undefined ? null : path.join(dir, own);
+  let refresh: NodeJS.Timeout | null = null;
+  const keepFresh = () => {
+    refresh = setTimeout(() => {
+      try {
+        if (entry !== null) fs.lstatSync(entry); // still this acquisition's
+        const now = new Date();
+        fs.utimesSync(dir, now, now);
+        keepFresh();
+      } catch { /* taken over, or gone: nothing of ours to refresh */ }
+    }, Math.max(staleMs / 2, 1000));
+  };
+  keepFresh();
+  return () => {
+    if (refresh) clearTimeout(refresh);
+    removeLockDir(dir);
+  };
 }
 
 /**

@@ -4,6 +4,7 @@ import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createFileExclusive, ensureDurablePrivateDir, ensurePrivateDir, removeStaleTemps, tempNameFor, writeFileAtomic, writeNewFile } from '../../src/store/atomic-write.js';
 import { overrideFsPort } from '../../src/store/fs-port.js';
+import { deferredFreesSettled } from '../../src/store/deferred-free.js';
 
 const errno = (code: string) => Object.assign(new Error(`${code}: injected`), { code });
 
@@ -24,6 +25,23 @@ describe('writeFileAtomic', () => {
     writeFileAtomic(f, '{"a":2}', { durable: false });
     expect(fs.readFileSync(f, 'utf8')).toBe('{"a":2}');
     expect(fs.statSync(f).mode & 0o777).toBe(0o600);
+    expect(leftovers()).toEqual([]);
+  });
+
+  it('the file it replaces is freed off the caller\'s thread, and no descriptor is left once that is done', async () => {
+    const f = path.join(dir, 'status.json');
+    const fds = () => fs.readdirSync('/proc/self/fd').length;
+    writeFileAtomic(f, 'old '.repeat(1000));
+    await deferredFreesSettled();
+    const before = fds();
+    const link = path.join(dir, 'old-name');
+    fs.linkSync(f, link); // the replaced inode, still reachable: its content must be the old one, untouched
+    writeFileAtomic(f, 'new', { durable: false });
+    writeFileAtomic(f, 'newer', { durable: true });
+    expect(fs.readFileSync(f, 'utf8')).toBe('newer');
+    expect(fs.readFileSync(link, 'utf8')).toBe('old '.repeat(1000));
+    await deferredFreesSettled();
+    expect(fds()).toBe(before);
     expect(leftovers()).toEqual([]);
   });
 

@@ -5,7 +5,8 @@ import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REPO } from '../helpers/paths.js';
 import { isAlive, selfIdentity } from '../../src/process/identity.js';
-import { clearDeadHolder, lockDirOf, makeLockDir, readHolder, removeLockDir } from '../../src/store/lock-dir.js';
+import { clearDeadHolder, lockDirOf, makeLockDir, readHolder, removeLockDir, takeFreeLock } from '../../src/store/lock-dir.js';
+import { deferredFreesSettled } from '../../src/store/deferred-free.js';
 import { configureLocks, withLock } from '../../src/store/lock.js';
 
 /**
@@ -72,6 +73,52 @@ describe('a lock names its holder', () => {
     expect(clearDeadHolder(lock, isAlive)).toBe(false);
     expect(fs.existsSync(lock)).toBe(true);
   }, 30_000);
+
+  it('a free lock is taken at once with its holder entry, and released whole', async () => {
+    const target = path.join(dir, 'free');
+    const seen = await withLock(target, () => {
+      const lock = lockDirOf(target);
+      const names = fs.readdirSync(lock);
+      return { names, holder: readHolder(path.join(lock, names[0]!)) };
+    });
+    expect(seen.names).toHaveLength(1);
+    expect(seen.holder).toMatchObject({ pid: process.pid, startTime: selfIdentity().startTime, host: os.hostname() });
+    expect(fs.existsSync(lockDirOf(target))).toBe(false);
+    await deferredFreesSettled();
+  });
+
+  it('a lock held past half its stale time has its mtime refreshed, so nobody takes it over', async () => {
+    const target = path.join(dir, 'long');
+    const lock = lockDirOf(target);
+    const release = takeFreeLock(target, selfIdentity(), 2000)!; // refreshed every second
+    try {
+      const old = new Date(Date.now() - 60_000);
+      fs.utimesSync(lock, old, old);
+      const deadline = Date.now() + 20_000;
+      while (fs.statSync(lock).mtimeMs < Date.now() - 30_000 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+      expect(fs.statSync(lock).mtimeMs).toBeGreaterThan(Date.now() - 30_000);
+      // A waiter with that stale time finds it fresh and held.
+      await expect(withLock(target, () => 'ran', { waitMs: 200, staleMs: 2000 })).rejects.toMatchObject({ code: 'BUSY' });
+    } finally {
+      release();
+    }
+    expect(fs.existsSync(lock)).toBe(false);
+  }, 30_000);
+
+  it('a release after a take-over leaves the new holder\'s lock in place', () => {
+    const target = path.join(dir, 'taken-over');
+    const lock = lockDirOf(target);
+    const release = takeFreeLock(target, selfIdentity(), 5000)!;
+    // Taken over as stale by another process: our entry and directory removed, the lock made again with its holder.
+    for (const n of fs.readdirSync(lock)) fs.unlinkSync(path.join(lock, n));
+    fs.rmdirSync(lock);
+    fs.mkdirSync(lock);
+    fs.symlinkSync(JSON.stringify({ pid: 1, startTime: '1', host: os.hostname() }), path.join(lock, 'holder-other'));
+    release();
+    expect(fs.readdirSync(lock)).toEqual(['holder-other']);
+    fs.unlinkSync(path.join(lock, 'holder-other'));
+    fs.rmdirSync(lock);
+  });
 
   it('a lock without a holder (unknown identity) is left to the stale time', () => {
     const lock = lockDirOf(path.join(dir, 'anon'));
