@@ -98,7 +98,9 @@ export class RunWatcher {
       this.poke({ audit: ++polls % FULL_POLL_EVERY === 0, all: true });
     }, POLL_MS);
     this.timer.unref();
-    this.watchers.set('*', new DirWatch([this.ctx.layout.runsDir], () => true, () => this.poke({ full: true })));
+    // A hidden name in runs/ is a run directory being built (its rename into place is the event that counts) or
+    // being removed: a full scan for it listed the session while the launch that made it held the ledger lock.
+    this.watchers.set('*', new DirWatch([this.ctx.layout.runsDir], (name) => !name.startsWith('.'), () => this.poke({ full: true })));
     this.poke({ full: true, all: true });
   }
 
