@@ -203,6 +203,9 @@ export async function reapHome(home, maxWaitMs = 3000) {
   let left = processesOfHome(home);
   while (left.length && now() < end) { await sleep(50); left = processesOfHome(home); }
   for (const pid of left) try { process.kill(pid, 'SIGKILL'); } catch { /* gone */ }
+  // Gone before the caller goes on: a killed idle runner still alive for a moment would be taken by the next launch.
+  const killed = now() + 2000;
+  while (left.some((pid) => alive(pid)) && now() < killed) await sleep(5);
   return left.length;
 }
 
