@@ -146,7 +146,12 @@ export class AgentStub {
     return !this.used && this.child.exitCode === null && this.child.signalCode === null;
   }
 
-  /** Turns the stub into the agent `script` describes (see `stubScript`). The caller then supervises `child`. */
+  /**
+   * Turns the stub into the agent `script` describes (see `stubScript`). The caller then supervises `child`. Only a
+   * script `stubScript` built may come here: against command injection through a task, a path or an environment value,
+   * every word in it is single-quoted (`quote`), variable names are plain shell names, and the script travels in an
+   * unlinked file, never on a command line.
+   */
   exec(script: string): void {
     this.used = true;
     const bytes = Buffer.from(script);

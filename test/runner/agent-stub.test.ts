@@ -84,6 +84,17 @@ describe.skipIf(!HAS_DASH)('AgentStub', () => {
     expect(stubbed.out).not.toMatch(/^(PWD|OLDPWD|SHLVL|_)=/m);
   });
 
+  it('hands hostile argv and environment words to the agent literally: nothing in them is run', async () => {
+    const marker = path.join(dir, 'injected');
+    const args = ['-x', `$(touch ${marker})`, `\`touch ${marker}\``, `; touch ${marker}`, `it's\nmulti; line`, '*', '\\'];
+    const printer = path.join(dir, 'print-args.sh');
+    fs.writeFileSync(printer, '#!/bin/sh\nfor a in "$@"; do printf "<%s>" "$a"; done\nprintf "|%s" "$EVIL"\n', { mode: 0o755 });
+    const inv: StubInvocation = { argv: [printer, ...args], env: { PATH: '/usr/bin:/bin', EVIL: `$(touch ${marker})'` }, cwd, umask: 0o022, stdin: false };
+    const seen = await viaStub(inv, '');
+    expect(seen.out).toBe(`${args.map((a) => `<${a}>`).join('')}|$(touch ${marker})'`);
+    expect(fs.existsSync(marker)).toBe(false);
+  });
+
   it('gives an agent without a task on stdin /dev/null, as spawn does', async () => {
     const seen = await viaStub({ argv: [probe], env: env(), cwd, umask: 0o022, stdin: false }, 'not read');
     expect(seen.out).toContain('stdin=\n');
