@@ -202,8 +202,22 @@ main().then(
  */
 type Supervisor = typeof import('./supervise.js');
 
+/**
+ * V8 compiles no function of this process past Sparkplug, its baseline tier (docs/performance.md, "Runner memory").
+ * The runner waits on files, sockets and children; no function of it is hot enough for an optimizing compiler to pay
+ * off. Yet path functions it calls often (Node's `normalizeString`) were optimized by TurboFan, ~38 ms of CPU on a
+ * background thread, and that compiler's code in the node binary, ~3.7 MiB, became part of every runner's RSS. Set
+ * before the supervisor loads, so that its code cache is made and read under the same flags; nothing is hot before.
+ */
+function capOptimizingTier(): void {
+  try {
+    process.getBuiltinModule('node:v8').setFlagsFromString('--max-opt=1');
+  } catch { /* a V8 without the flag: runs as before */ }
+}
+
 async function loadSupervisor(warmDir: string): Promise<{ exports: Supervisor; saveCache: () => void }> {
   const none = () => {};
+  capOptimizingTier();
   // Computed specifiers: the bundler must leave the supervisor out of this entry (it loads only after ready).
   if (typeof require === 'function' && typeof __dirname === 'string') {
     const bundle = path.join(__dirname, '..', 'runner-supervisor.cjs');
