@@ -202,19 +202,6 @@ main().then(
  */
 type Supervisor = typeof import('./supervise.js');
 
-/**
- * V8 compiles no function of this process past Sparkplug, its baseline tier (docs/performance.md, "Runner memory").
- * The runner waits on files, sockets and children; no function of it is hot enough for an optimizing compiler to pay
- * off. Yet path functions it calls often (Node's `normalizeString`) were optimized by TurboFan, ~38 ms of CPU on a
- * background thread, and that compiler's code in the node binary, ~3.7 MiB, became part of every runner's RSS. Set
- * before the supervisor loads, so that its code cache is made and read under the same flags; nothing is hot before.
- */
-function capOptimizingTier(): void {
-  try {
-    process.getBuiltinModule('node:v8').setFlagsFromString('--max-opt=1');
-  } catch { /* a V8 without the flag: runs as before */ }
-}
-
 async function loadSupervisor(warmDir: string): Promise<{ exports: Supervisor; saveCache: () => void }> {
   const none = () => {};
   capOptimizingTier();
@@ -228,4 +215,17 @@ async function loadSupervisor(warmDir: string): Promise<{ exports: Supervisor; s
     }
   }
   return { exports: await (import(new URL('./supervise.js', import.meta.url).href) as Promise<Supervisor>), saveCache: none };
+}
+
+/**
+ * V8 compiles no function of this process past Sparkplug, its baseline tier (docs/performance.md, "Runner boot and
+ * RSS"). The runner waits on files, sockets and children; no function of it is hot enough for an optimizing compiler
+ * to pay off. Uncapped, TurboFan optimizes path functions it calls often (Node's `normalizeString`), ~38 ms of CPU on
+ * a background thread, and that compiler's code in the node binary, ~3.7 MiB, joins every runner's RSS. Set before
+ * the supervisor loads, so that its code cache is made and read under the same flags; nothing is hot before.
+ */
+function capOptimizingTier(): void {
+  try {
+    process.getBuiltinModule('node:v8').setFlagsFromString('--max-opt=1');
+  } catch { /* a V8 without the flag: runs as before */ }
 }
