@@ -226,6 +226,7 @@ async function loadSupervisor(warmDir: string): Promise<{ exports: Supervisor; s
  */
 function capOptimizingTier(): void {
   try {
-    process.getBuiltinModule('node:v8').setFlagsFromString('--max-opt=1');
-  } catch { /* a V8 without the flag: runs as before */ }
+    // Not `--max-opt=1`: set at run time, Node 24's V8 ignores it (Maglev still compiles); these two it obeys, as Node 20's.
+    process.getBuiltinModule('node:v8').setFlagsFromString('--no-turbofan --no-maglev');
+  } catch { /* runs as before */ }
 }
