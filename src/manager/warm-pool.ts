@@ -41,6 +41,8 @@ interface PoolState {
   /** Idle runners a launch of this server in flight has looked at (`peekWarmRunner`) and means to take. */
   peeked: Set<string>;
   timer: NodeJS.Timeout | null;
+  /** When `timer` fires (performance.now() ms). */
+  timerDueAt: number;
   /** Launches that wanted a runner since the last refill. */
   demand: number;
   peak: { size: number; at: number };
@@ -50,7 +52,7 @@ const pools = new WeakMap<ManagerContext, PoolState>();
 
 function stateOf(ctx: ManagerContext): PoolState {
   let s = pools.get(ctx);
-  if (!s) pools.set(ctx, (s = { booting: new Map(), spawning: 0, inFlight: 0, peeked: new Set(), timer: null, demand: 0, peak: { size: 0, at: 0 } }));
+  if (!s) pools.set(ctx, (s = { booting: new Map(), spawning: 0, inFlight: 0, peeked: new Set(), timer: null, timerDueAt: 0, demand: 0, peak: { size: 0, at: 0 } }));
   return s;
 }
 
@@ -218,7 +220,13 @@ function watched(id: ProcessIdentity, forMs: number): DetachedChild {
 
 function scheduleRefill(ctx: ManagerContext, delayMs: number): void {
   const state = stateOf(ctx);
-  if (state.timer) return; // not pushed back: steady sequential launches must not starve the refill
+  const dueAt = performance.now() + delayMs;
+  // Not pushed back: steady sequential launches must not starve the refill. Brought forward: a look again due once
+  // a serving runner stops counting (seconds away) must not stand in for the refill after a launch, or the launches
+  // of those seconds would count as one burst (`demand`) and a sequential loop would grow the pool to its cap.
+  if (state.timer && state.timerDueAt <= dueAt) return;
+  if (state.timer) clearTimeout(state.timer);
+  state.timerDueAt = dueAt;
   state.timer = setTimeout(() => {
     state.timer = null;
     try { refill(ctx); } catch { /* launches boot their own runners meanwhile */ }
