@@ -41,9 +41,7 @@ interface PoolState {
   /** Idle runners a launch of this server in flight has looked at (`peekWarmRunner`) and means to take. */
   peeked: Set<string>;
   timer: NodeJS.Timeout | null;
-  /** When `timer` fires (performance.now() ms). */
-  timerDueAt: number;
-  /** Launches that wanted a runner since the last refill. */
+  /** The most launches in flight at once (claim to answer) since the last refill: the burst's size. */
   demand: number;
   peak: { size: number; at: number };
 }
@@ -52,7 +50,7 @@ const pools = new WeakMap<ManagerContext, PoolState>();
 
 function stateOf(ctx: ManagerContext): PoolState {
   let s = pools.get(ctx);
-  if (!s) pools.set(ctx, (s = { booting: new Map(), spawning: 0, inFlight: 0, peeked: new Set(), timer: null, timerDueAt: 0, demand: 0, peak: { size: 0, at: 0 } }));
+  if (!s) pools.set(ctx, (s = { booting: new Map(), spawning: 0, inFlight: 0, peeked: new Set(), timer: null, demand: 0, peak: { size: 0, at: 0 } }));
   return s;
 }
 
@@ -129,9 +127,11 @@ export function claimWarmRunner(ctx: ManagerContext, runDir: string, env: Record
   if (ctx.settings.warmRunners === 0) return null;
   const state = stateOf(ctx);
   // Counted from the claim (not the look): a refill runs in a gap between launches, and a loop's next launch is
-  // looking at the pool by the time the last one's refill is due.
-  state.demand++;
+  // looking at the pool by the time the last one's refill is due. Demand is how many wanted a runner at once, not
+  // how many came since the last refill: a refill may be seconds away (a serving runner's look again, or one that
+  // found a launch in flight), and a sequential loop's launches of those seconds are no burst.
   state.inFlight++;
+  state.demand = Math.max(state.demand, state.inFlight);
   const files = filesOf(ctx);
   const candidates = function* () {
     if (peeked) yield peeked;
@@ -220,13 +220,7 @@ function watched(id: ProcessIdentity, forMs: number): DetachedChild {
 
 function scheduleRefill(ctx: ManagerContext, delayMs: number): void {
   const state = stateOf(ctx);
-  const dueAt = performance.now() + delayMs;
-  // Not pushed back: steady sequential launches must not starve the refill. Brought forward: a look again due once
-  // a serving runner stops counting (seconds away) must not stand in for the refill after a launch, or the launches
-  // of those seconds would count as one burst (`demand`) and a sequential loop would grow the pool to its cap.
-  if (state.timer && state.timerDueAt <= dueAt) return;
-  if (state.timer) clearTimeout(state.timer);
-  state.timerDueAt = dueAt;
+  if (state.timer) return; // not pushed back: steady sequential launches must not starve the refill
   state.timer = setTimeout(() => {
     state.timer = null;
     try { refill(ctx); } catch { /* launches boot their own runners meanwhile */ }
