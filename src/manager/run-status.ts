@@ -6,7 +6,7 @@ import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { capacitySnapshot, releaseStaleRoots } from './capacity.js';
 import { handOffNeeded, queuePosition } from '../lifecycle/queue.js';
 import { serveQueue } from './queue.js';
-import { peekStatus } from './status-peek.js';
+import { peekRecord, peekStatus } from './run-peek.js';
 
 /**
  * Repairs the queue before an answer, waiting at most a moment: a hand-off's handshake takes tens of ms, and the
@@ -75,7 +75,7 @@ async function listedStatus(ctx: ManagerContext, runId: string): Promise<ListedS
 function fingerprint(ctx: ManagerContext, runId: string): string {
   try {
     const s = peekStatus(ctx, runId).status;
-    const r = ctx.store.readRecord(runId);
+    const r = peekRecord(ctx, runId);
     if (!s || !r) return 'missing';
     const steps = s.steps.map((st) => `${st.state}${st.members ? `[${st.members.map((m) => m.state).join(',')}]` : ''}`).join('|');
     return `${s.state}/${steps}/${countPendingAppends(r, s, ctx.store.readAppends(runId))}`;
@@ -167,7 +167,7 @@ export async function getStatus(ctx: ManagerContext, q: StatusQuery, o: { signal
       if (!isTerminalRun(status.state)) status = await freshStatus(ctx, runId, { peek: true });
     }
     if (isTerminalRun(status.state)) await reconcileSettled(runId);
-    const record = ctx.store.readRecord(runId)!;
+    const record = peekRecord(ctx, runId)!;
     return { kind: 'run', ...renderRun(ctx, record, status, q.outputBytes), ...(info ?? {}) };
   }
   const dismissed = new Set<string>();

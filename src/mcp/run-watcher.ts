@@ -5,7 +5,7 @@ import { listVisible, listVisibleRuns, type RunMeta, type VisibleRun } from '../
 import { reconcileRun } from '../manager/reconcile.js';
 import { markAdoptedRuns } from '../manager/sessions.js';
 import { watchRunDirs } from '../manager/run-files.js';
-import { peekStatus } from '../manager/status-peek.js';
+import { peekStatus } from '../manager/run-peek.js';
 import { CoalescedRun, DirWatch } from '../wait.js';
 import { isTerminalRun, type RunState } from '../store/run-types.js';
 import { runUri } from './resources.js';
