@@ -21,7 +21,8 @@ import { awaitReady, awaitStart, handshakeError, HandshakeFailure, proceedAndAwa
 import { checkNesting } from './nesting.js';
 import { claimWarmRunner, forgetPeek, type ClaimedWarmRunner, peekWarmRunner, takeForTest, warmLaunchSettled } from './warm-pool.js';
 import { resolveRunCwd } from './roots.js';
-import { indexRun, ownActiveRuns } from './listing.js';
+import { indexRun, ownActiveRuns, rememberMeta } from './listing.js';
+import { rememberRecord } from './run-peek.js';
 import { originalUmask } from './original-umask.js';
 import { enqueueLocked, QUEUED_LAUNCH_FILE, type QueuedLaunch } from '../lifecycle/queue.js';
 import { pruneAgentSlots } from '../lifecycle/agent-slots.js';
@@ -234,6 +235,8 @@ export async function launch(ctx: ManagerContext, input: LaunchInput, o: LaunchO
   try {
     if (!prepared) throw prepareFailure;
     created = await ctx.store.publish(prepared, indexed);
+    rememberMeta(record);
+    rememberRecord(ctx, record);
     if (nesting) ctx.store.addChild(nesting.parentRunId, runId, nesting.parentStepKey);
   } catch (e) {
     forgetPeek(ctx, peeked);

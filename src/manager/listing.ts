@@ -54,6 +54,14 @@ export function readMeta(ctx: ManagerContext, runId: string): RunMeta | null {
   return meta;
 }
 
+/**
+ * Caches the meta of a run this process has just created (its record is the one written): the launch's own `status`
+ * and the run watcher's listing then read no run.json of it.
+ */
+export function rememberMeta(record: RunRecord): void {
+  metaCache.set(record.runId, metaOf(record));
+}
+
 /** Owned by a session of ours (own or adopted), or nested under such a run. */
 export function isVisible(ctx: ManagerContext, meta: RunMeta): boolean {
   const sessions = ctx.visibleSessions();

@@ -6,6 +6,7 @@ import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { capacitySnapshot, releaseStaleRoots } from './capacity.js';
 import { handOffNeeded, queuePosition } from '../lifecycle/queue.js';
 import { serveQueue } from './queue.js';
+import { peekRecord, peekStatus } from './run-peek.js';
 
 /**
  * Repairs the queue before an answer, waiting at most a moment: a hand-off's handshake takes tens of ms, and the
@@ -39,9 +40,12 @@ export type StatusAnswer =
 /** Runs a list answer carries inline (a summary is ~400 bytes: well under the 256 KiB inline cap). */
 export const LIST_MAX_RUNS = 200;
 
-/** Reads a status, reconciling it first if its runner is gone (docs/contract.md, "Run states": listings reconcile what they return). */
-export async function freshStatus(ctx: ManagerContext, runId: string): Promise<RunStatus> {
-  let s = ctx.store.readStatus(runId);
+/**
+ * Reads a status, reconciling it first if its runner is gone (docs/contract.md, "Run states": listings reconcile what
+ * they return). `peek`: the first read goes through `peekStatus` (a caller that only reads the value).
+ */
+export async function freshStatus(ctx: ManagerContext, runId: string, o: { peek?: boolean } = {}): Promise<RunStatus> {
+  let s = o.peek ? peekStatus(ctx, runId).status : ctx.store.readStatus(runId);
   // A running run whose runner lives needs nothing (reconcileRun's own first look, without reading the file twice more).
   if (s && !isTerminalRun(s.state) && !(s.state === 'running' && isAlive(s.runner))) {
     await reconcileRun(ctx, runId);
@@ -70,8 +74,8 @@ async function listedStatus(ctx: ManagerContext, runId: string): Promise<ListedS
 /** What a waiter compares: run state, step states, pending appends. */
 function fingerprint(ctx: ManagerContext, runId: string): string {
   try {
-    const s = ctx.store.readStatus(runId);
-    const r = ctx.store.readRecord(runId);
+    const s = peekStatus(ctx, runId).status;
+    const r = peekRecord(ctx, runId);
     if (!s || !r) return 'missing';
     const steps = s.steps.map((st) => `${st.state}${st.members ? `[${st.members.map((m) => m.state).join(',')}]` : ''}`).join('|');
     return `${s.state}/${steps}/${countPendingAppends(r, s, ctx.store.readAppends(runId))}`;
@@ -144,24 +148,26 @@ export async function getStatus(ctx: ManagerContext, q: StatusQuery, o: { signal
     const runId = q.runId;
     requireVisible(ctx, runId);
     let info: WaitInfo | undefined;
-    let status = await freshStatus(ctx, runId);
+    let status = await freshStatus(ctx, runId, { peek: true });
     if (waitMs > 0) {
       const before = q.until === 'terminal' ? '' : fingerprint(ctx, runId);
       info = isTerminalRun(status.state)
         ? { waitedMs: 0, changed: false }
         : await waitUntil([ctx.store.paths(runId).dir], waitMs, o.signal, async (cause) => {
-          // A file event means a live writer: reconciling (a /proc look at the runner) is the poll's job.
+          // A file event means a live writer: reconciling (a /proc look at the runner) is the poll's job. An event's
+          // look reads the file only if it changed (`peekStatus`): the run watcher's look at the same version, or the
+          // first look right after the read above, finds it read.
           if (cause === 'poll' && (status.state === 'queued' || status.attempt !== undefined)) await serveQueueQuickly(ctx);
-          const s = cause === 'poll' ? await freshStatus(ctx, runId) : ctx.store.readStatus(runId);
+          const s = cause === 'poll' ? await freshStatus(ctx, runId) : peekStatus(ctx, runId).status;
           if (!s) return true; // gone: the read below says so
           // A terminal status is final (the first terminal state wins), so the answer renders the one seen here.
           if (isTerminalRun(s.state)) { status = s; return true; }
           return q.until !== 'terminal' && fingerprint(ctx, runId) !== before;
         }, (ms) => o.onProgress?.(ms, `waiting on ${runId}`));
-      if (!isTerminalRun(status.state)) status = await freshStatus(ctx, runId);
+      if (!isTerminalRun(status.state)) status = await freshStatus(ctx, runId, { peek: true });
     }
     if (isTerminalRun(status.state)) await reconcileSettled(runId);
-    const record = ctx.store.readRecord(runId)!;
+    const record = peekRecord(ctx, runId)!;
     return { kind: 'run', ...renderRun(ctx, record, status, q.outputBytes), ...(info ?? {}) };
   }
   const dismissed = new Set<string>();

@@ -41,7 +41,7 @@ interface PoolState {
   /** Idle runners a launch of this server in flight has looked at (`peekWarmRunner`) and means to take. */
   peeked: Set<string>;
   timer: NodeJS.Timeout | null;
-  /** Launches that wanted a runner since the last refill. */
+  /** The most launches in flight at once (claim to answer) since the last refill: the burst's size. */
   demand: number;
   peak: { size: number; at: number };
 }
@@ -127,9 +127,11 @@ export function claimWarmRunner(ctx: ManagerContext, runDir: string, env: Record
   if (ctx.settings.warmRunners === 0) return null;
   const state = stateOf(ctx);
   // Counted from the claim (not the look): a refill runs in a gap between launches, and a loop's next launch is
-  // looking at the pool by the time the last one's refill is due.
-  state.demand++;
+  // looking at the pool by the time the last one's refill is due. Demand is how many wanted a runner at once, not
+  // how many came since the last refill: a refill may be seconds away (a serving runner's look again, or one that
+  // found a launch in flight), and a sequential loop's launches of those seconds are no burst.
   state.inFlight++;
+  state.demand = Math.max(state.demand, state.inFlight);
   const files = filesOf(ctx);
   const candidates = function* () {
     if (peeked) yield peeked;

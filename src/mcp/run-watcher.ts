@@ -5,6 +5,7 @@ import { listVisible, listVisibleRuns, type RunMeta, type VisibleRun } from '../
 import { reconcileRun } from '../manager/reconcile.js';
 import { markAdoptedRuns } from '../manager/sessions.js';
 import { watchRunDirs } from '../manager/run-files.js';
+import { peekStatus } from '../manager/run-peek.js';
 import { CoalescedRun, DirWatch } from '../wait.js';
 import { isTerminalRun, type RunState } from '../store/run-types.js';
 import { runUri } from './resources.js';
@@ -31,19 +32,6 @@ interface Seen {
   /** The status file's identity when it was read (inode, size, times), and what of it the fingerprint took. */
   statusKey?: string | null;
   statusFp?: string;
-}
-
-/**
- * A status file's identity: it is only ever replaced whole (a new inode renamed into place), so a file whose inode,
- * size and times are those of the last read is that read (the ledger's lock-free reads rely on the same).
- */
-function fileKey(file: string): string | null {
-  try {
-    const st = fs.lstatSync(file, { bigint: true });
-    return `${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`;
-  } catch {
-    return null;
-  }
 }
 
 /** An ended run as a full scan last checked it. */
@@ -216,17 +204,16 @@ export class RunWatcher {
 
   private read(m: RunMeta, prev: Seen | undefined, reconcile: boolean): Seen | null {
     try {
-      // An unchanged status file is not read and checked again: with eight runs going, every tool call and every
-      // event re-read all of them (most of a burst's server CPU after the launches).
-      const statusKey = fileKey(this.ctx.store.paths(m.runId).status);
+      // An unchanged status file is not read and checked again (`peekStatus`): with eight runs going, every tool call
+      // and every event re-read all of them (most of a burst's server CPU after the launches).
+      const { key: statusKey, status: s } = peekStatus(this.ctx, m.runId);
+      if (!s) return null;
       let state: RunState;
       let statusFp: string;
       if (statusKey !== null && prev?.statusKey === statusKey && prev.statusFp !== undefined) {
         state = prev.state;
         statusFp = prev.statusFp;
       } else {
-        const s = this.ctx.store.readStatus(m.runId);
-        if (!s) return null;
         const steps = s.steps.map((x) => `${x.state}${x.members ? `[${x.members.map((y) => y.state).join(',')}]` : ''}`).join('/');
         state = s.state;
         statusFp = `${s.state}|${steps}|${s.appendsTaken}`;

@@ -75,7 +75,23 @@ export async function whileWaiting<T>(extra: ToolExtra, message: () => string, w
   }
 }
 
-/** Aborts when either the client cancels the request or the server shuts down. */
-export function combinedSignal(a: AbortSignal, b: AbortSignal): AbortSignal {
-  return AbortSignal.any([a, b]);
+/**
+ * Runs `work` with a signal that aborts when either the client cancels the request or the server shuts down; its
+ * listeners go when `work` settles. Not `AbortSignal.any`: on Node 20 each call costs ~50 µs of CPU (weak references
+ * and a finalization registry on the server-long shutdown signal), two per launch and status, against ~3 µs here.
+ */
+export async function withCombinedSignal<T>(a: AbortSignal, b: AbortSignal, work: (signal: AbortSignal) => Promise<T>): Promise<T> {
+  const both = new AbortController();
+  const onAbort = () => both.abort();
+  if (a.aborted || b.aborted) both.abort();
+  else {
+    a.addEventListener('abort', onAbort);
+    b.addEventListener('abort', onAbort);
+  }
+  try {
+    return await work(both.signal);
+  } finally {
+    a.removeEventListener('abort', onAbort);
+    b.removeEventListener('abort', onAbort);
+  }
 }

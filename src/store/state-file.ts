@@ -60,10 +60,13 @@ export function readStateText(file: string, label: string, maxBytes = MAX_STATE_
   const opened = openStateFile(file, label, maxBytes);
   if (opened === null) return null;
   try {
-    // Read at most what fstat said plus one byte: a file that grows meanwhile cannot make this read unbounded.
+    // Read at most what fstat said plus one byte: a file that grows meanwhile cannot make this read unbounded. State
+    // files are replaced whole, never written in place: once fstat's size is read, the read that would find the end
+    // is skipped (one syscall of each of the dozen state-file reads a run costs the server), except at the bound.
     const buf = Buffer.allocUnsafe(Math.min(opened.size, maxBytes) + 1);
+    const enough = opened.size < maxBytes ? opened.size : buf.length;
     let got = 0;
-    while (got < buf.length) {
+    while (got < enough) {
       const n = fs.readSync(opened.fd, buf, got, buf.length - got, got);
       if (n === 0) break;
       got += n;

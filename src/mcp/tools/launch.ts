@@ -1,7 +1,7 @@
 import { launch, DEFAULT_CONCURRENCY, type ChainEntryInput, type LaunchInput as ManagerLaunchInput } from '../../manager/launch.js';
 import { invalid, parseInput, refusal, success } from '../results.js';
 import { LaunchInput, LaunchOutput, MAX_TASK_BYTES } from '../schemas.js';
-import { combinedSignal, whileWaiting, type ToolDefinition } from '../tool.js';
+import { whileWaiting, withCombinedSignal, type ToolDefinition } from '../tool.js';
 import type * as z from 'zod';
 
 type ChainEntry = NonNullable<z.output<typeof LaunchInput>['chain']>[number];
@@ -71,7 +71,7 @@ export const launchTool: ToolDefinition = {
       const input = toLaunch(parseInput(LaunchInput, args));
       let phase = 'reserve';
       const r = await whileWaiting(extra, () => `launch: ${phase}: waiting for the run's runner`,
-        () => launch(env.ctx, input, { signal: combinedSignal(extra.signal, env.shutdown), onProgress: (p) => { phase = p; } }));
+        () => withCombinedSignal(extra.signal, env.shutdown, (signal) => launch(env.ctx, input, { signal, onProgress: (p) => { phase = p; } })));
       env.onListChanged();
       const v = { ...r, next: launchNext(r.runId) };
       const what = r.queue ? `Queued ${r.runId} (${r.mode}, position ${r.queue.position} of ${r.queue.length}); it starts by itself when a slot frees.` : `Launched ${r.runId} (${r.mode}, ${r.state}).`;

@@ -1,7 +1,7 @@
 import { getStatus } from '../../manager/run-status.js';
 import { parseInput, refusal, success } from '../results.js';
 import { StatusInput, StatusOutput } from '../schemas.js';
-import { combinedSignal, whileWaiting, type ToolDefinition } from '../tool.js';
+import { whileWaiting, withCombinedSignal, type ToolDefinition } from '../tool.js';
 
 const TERMINAL = new Set(['completed', 'failed', 'cancelled']);
 
@@ -33,7 +33,7 @@ export const statusTool: ToolDefinition = {
     try {
       const q = parseInput(StatusInput, args);
       const answer = await whileWaiting(extra, () => (q.runId ? `waiting on ${q.runId}` : 'waiting on the session\'s runs'),
-        () => getStatus(env.ctx, q, { signal: combinedSignal(extra.signal, env.shutdown) }));
+        () => withCombinedSignal(extra.signal, env.shutdown, (signal) => getStatus(env.ctx, q, { signal })));
       if (answer.kind === 'run') {
         const { kind: _kind, ...run } = answer;
         const v = { ...run, next: runNext(run) };
