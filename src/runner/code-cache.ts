@@ -40,7 +40,11 @@ export interface LoadedBundle<T> {
  */
 export function loadCachedBundle<T>(bundle: string, cacheFile: string | null, req: NodeJS.Require): LoadedBundle<T> {
   const vm = req('node:vm') as typeof import('node:vm');
-  const source = fs.readFileSync(bundle, 'utf8');
+  // Read whole, then decoded: read as text, Node grows the file's bytes in malloc'd memory (8 KiB reads, two regrowths
+  // past 256 KiB) and frees it, which makes glibc raise its mmap and trim thresholds; the compile's ~4 MiB of V8
+  // zone memory then stayed in the process's heap after it was freed (~2 MiB more RSS, docs/performance.md,
+  // "Runner boot and RSS").
+  const source = fs.readFileSync(bundle).toString('utf8');
   let cachedData: Buffer | undefined;
   if (cacheFile) {
     try { cachedData = fs.readFileSync(cacheFile); } catch { /* none yet */ }

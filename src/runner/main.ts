@@ -204,6 +204,7 @@ type Supervisor = typeof import('./supervise.js');
 
 async function loadSupervisor(warmDir: string): Promise<{ exports: Supervisor; saveCache: () => void }> {
   const none = () => {};
+  capOptimizingTier();
   // Computed specifiers: the bundler must leave the supervisor out of this entry (it loads only after ready).
   if (typeof require === 'function' && typeof __dirname === 'string') {
     const bundle = path.join(__dirname, '..', 'runner-supervisor.cjs');
@@ -214,4 +215,18 @@ async function loadSupervisor(warmDir: string): Promise<{ exports: Supervisor; s
     }
   }
   return { exports: await (import(new URL('./supervise.js', import.meta.url).href) as Promise<Supervisor>), saveCache: none };
+}
+
+/**
+ * V8 compiles no function of this process past Sparkplug, its baseline tier (docs/performance.md, "Runner boot and
+ * RSS"). The runner waits on files, sockets and children; no function of it is hot enough for an optimizing compiler
+ * to pay off. Uncapped, TurboFan optimizes path functions it calls often (Node's `normalizeString`), ~38 ms of CPU on
+ * a background thread, and that compiler's code in the node binary, ~3.7 MiB, joins every runner's RSS. Set before
+ * the supervisor loads, so that its code cache is made and read under the same flags; nothing is hot before.
+ */
+function capOptimizingTier(): void {
+  try {
+    // Not `--max-opt=1`: set at run time, Node 24's V8 ignores it (Maglev still compiles); these two it obeys, as Node 20's.
+    process.getBuiltinModule('node:v8').setFlagsFromString('--no-turbofan --no-maglev');
+  } catch { /* runs as before */ }
 }
