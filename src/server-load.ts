@@ -25,8 +25,8 @@ const STALE_CACHE_MS = 60 * 60 * 1000;
 /** A cache larger than this is not ours (the server's is ~0.6 MiB). */
 const MAX_CACHE_BYTES = 64 * 1024 * 1024;
 /** The cache is written once the client has been quiet for one tick, or after the last tick regardless. */
-const IDLE_TICK_MS = 500;
-const IDLE_TICKS_MAX = 20;
+const IDLE_TICK_MS = 100;
+const IDLE_TICKS_MAX = 100;
 
 export interface LoadedServer {
   entry: ServerEntry;
