@@ -13,8 +13,8 @@ import { fileURLToPath } from 'node:url';
 const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
 const dist = path.join(repo, 'dist');
 
-/** The runner's two bundles; a tsc-only build removes them (the server and the runner would prefer them). */
-const RUNNER_BUNDLES = [path.join(dist, 'runner', 'main.cjs'), path.join(dist, 'runner-supervisor.cjs')];
+/** The CommonJS bundles; a tsc-only build removes them (the server and the runner would prefer them). */
+const CJS_BUNDLES = [path.join(dist, 'runner', 'main.cjs'), path.join(dist, 'runner-supervisor.cjs'), path.join(dist, 'server.cjs')];
 
 /** Options both bundles share. */
 const COMMON = {
@@ -78,10 +78,26 @@ const sdkAjvShim = {
   },
 };
 
+/**
+ * Rewrites each `import("<spec>")` of a CommonJS bundle to `__load("<spec>")`, and fails the build if any
+ * other import() is left (src/server-load.ts compiles the bundle without a dynamic import callback).
+ */
+function linkDynamicImports(file, specs) {
+  let code = fs.readFileSync(file, 'utf8');
+  for (const spec of specs) {
+    const call = `import(${JSON.stringify(spec)})`;
+    if (!code.includes(call)) throw new Error(`bundle: ${path.basename(file)} has no ${call} to link`);
+    code = code.split(call).join(`__load(${JSON.stringify(spec)})`);
+  }
+  const left = /(?<![\w$.])import\s*\(/.exec(code);
+  if (left) throw new Error(`bundle: ${path.basename(file)} keeps a dynamic import: ${code.slice(left.index, left.index + 60)}`);
+  fs.writeFileSync(file, code);
+}
+
 export async function bundle() {
   if (process.env.SUBAGENTS_NO_BUNDLE === '1') {
     // Stale runner bundles must not outlive the tsc build they came from: the server would start them.
-    for (const f of RUNNER_BUNDLES) for (const g of [f, `${f}.map`]) fs.rmSync(g, { force: true });
+    for (const f of CJS_BUNDLES) for (const g of [f, `${f}.map`]) fs.rmSync(g, { force: true });
     return false;
   }
   let esbuild;
@@ -107,13 +123,35 @@ export async function bundle() {
       './server-entry.js': './server.js', '../server-entry.js': './server.js',
       './cli/program.js': './cli.js', yaml: './yaml.js', './executor.js': './distributed.js',
     });
-    await esbuild.build({ entryPoints: { main: path.join(repo, 'src', 'main.ts') }, outdir: tmp, ...COMMON, plugins: [linked] });
+    // The bin loads dist/server.cjs on Node 20 (src/server-load.ts); the tsc entry keeps importing the ES module.
+    await esbuild.build({
+      entryPoints: { main: path.join(repo, 'src', 'main.ts') }, outdir: tmp, ...COMMON, plugins: [linked],
+      define: { __SUBAGENTS_SERVER_CJS__: '"./server.cjs"' },
+    });
     await esbuild.build({
       entryPoints: { server: path.join(repo, 'src', 'server-entry.ts') },
       outdir: tmp,
       ...COMMON,
       plugins: [linked, sdkAjvShim],
     });
+    // The same server as CommonJS, dist/server.cjs, for Node 20, which has no module compile cache: src/server-load.ts
+    // compiles it with a V8 code cache (a module cannot take one without a flag). Its two dynamic imports become calls
+    // of `__load`, a parameter of the wrapper the loader compiles it in (an import() in a vm.Script needs an
+    // experimental loader option); the name is as long as `import`, so the source map stays right. `require` and
+    // `__serverFileUrl` (its import.meta.url) are parameters of that wrapper too. `builtinDefaults` matters more here
+    // than in the runner: with esbuild's interop objects for its ~50 built-in imports, the copying loop got hot enough
+    // for V8 to optimize it during the start, and the optimizing compiler's pages put idle RSS ~6 MiB above the ES
+    // module's.
+    await esbuild.build({
+      entryPoints: [path.join(repo, 'src', 'server-entry.ts')],
+      outfile: path.join(tmp, 'server.cjs'),
+      ...COMMON,
+      format: 'cjs',
+      banner: {},
+      define: { 'import.meta.url': '__serverFileUrl' },
+      plugins: [builtinDefaults, linked, sdkAjvShim],
+    });
+    linkDynamicImports(path.join(tmp, 'server.cjs'), ['./yaml.js', './distributed.js']);
     await esbuild.build({
       entryPoints: { cli: path.join(repo, 'src', 'cli', 'program.ts') },
       outdir: tmp,

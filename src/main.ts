@@ -4,6 +4,7 @@
  * Each command's module is imported only when used, so the server starts without loading the CLI's code.
  */
 import { enableCompileCache } from './compile-cache.js';
+import { loadServer } from './server-load.js';
 import { packageVersion } from './version.js';
 
 enableCompileCache();
@@ -15,9 +16,10 @@ const first = argv[0];
 const wantsHelp = argv.some((a) => a === '--help' || a === '-h');
 
 if (!wantsHelp && (first === undefined || first === 'serve' || (first.startsWith('--') && first !== '--version' && first !== '-V'))) {
-  const { serve, parseServeFlags } = await import('./server-entry.js');
+  const { entry, saveCacheWhenIdle } = await loadServer();
   const rest = first === 'serve' ? argv.slice(1) : argv;
-  await serve(parseServeFlags(rest), packageVersion());
+  await entry.serve(entry.parseServeFlags(rest), packageVersion());
+  saveCacheWhenIdle();
 } else {
   const { runCli } = await import('./cli/program.js');
   process.exitCode = await runCli(argv, packageVersion());

@@ -39,7 +39,7 @@ const RULES: Record<string, { imports: string[]; typesFrom?: string[]; why: stri
 const SHARED_MODULES = new Set(['store/run-types.ts']);
 
 function layerOf(rel: string): string {
-  if (rel === 'main.ts') return 'bin';
+  if (rel === 'main.ts' || rel === 'server-load.ts') return 'bin'; // server-load.ts: how the bin loads the server
   if (rel === 'server-entry.ts') return 'server';
   const top = rel.split('/')[0]!;
   return rel.includes('/') ? top : BASE;

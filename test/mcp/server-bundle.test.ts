@@ -5,6 +5,7 @@
  * Servers started from dist/main.js in the other tests check that the bundle works; this checks that it stays one file.
  */
 import fs from 'node:fs';
+import { isBuiltin } from 'node:module';
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { REPO } from '../helpers/paths.js';
@@ -26,6 +27,16 @@ describe.skipIf(!fs.existsSync(path.join(DIST, 'server.js')))('the bundled serve
     expect(statics).toContain('node:fs'); // the scan sees the imports that are there
     expect(statics.filter((s) => !s.startsWith('node:'))).toEqual([]);
     expect(dynamics.filter((s) => !s.startsWith('node:')).sort()).toEqual(['./distributed.js', './yaml.js']);
+  });
+
+  it('has a CommonJS twin (dist/server.cjs, for Node 20\'s code cache) that requires only built-ins and has no import() of its own', () => {
+    const code = fs.readFileSync(path.join(DIST, 'server.cjs'), 'utf8');
+    const required = [...code.matchAll(/(?<![\w$.])require\("([^"]+)"\)/g)].map((m) => m[1]!);
+    expect(required).toContain('node:fs');
+    expect(required.filter((id) => !isBuiltin(id))).toEqual([]);
+    // src/server-load.ts compiles it without a dynamic import callback: the linked files come through its `__load`.
+    expect(imports(code).dynamics).toEqual([]);
+    expect([...code.matchAll(/__load\("([^"]+)"\)/g)].map((m) => m[1]).sort()).toEqual(['./distributed.js', './yaml.js']);
   });
 
   it('distributed mode\'s executor (dist/distributed.js) carries BullMQ and ioredis inside: it imports only Node built-ins', () => {
