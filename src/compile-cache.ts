@@ -12,10 +12,15 @@ import path from 'node:path';
 export function enableCompileCache(env: NodeJS.ProcessEnv = process.env): void {
   const enable = (module as { enableCompileCache?: (dir?: string) => unknown }).enableCompileCache;
   if (typeof enable !== 'function' || env.NODE_COMPILE_CACHE) return;
-  const base = env.XDG_CACHE_HOME && path.isAbsolute(env.XDG_CACHE_HOME) ? env.XDG_CACHE_HOME : path.join(os.homedir(), '.cache');
   try {
-    enable(path.join(base, 'subagents-mcp', 'node-compile-cache'));
+    enable(path.join(userCacheDir(env), 'node-compile-cache'));
   } catch {
     // An unwritable cache directory costs the speed-up, never the start.
   }
+}
+
+/** This package's folder in the user's own cache directory: `<XDG_CACHE_HOME or ~/.cache>/subagents-mcp`. */
+export function userCacheDir(env: NodeJS.ProcessEnv = process.env): string {
+  const base = env.XDG_CACHE_HOME && path.isAbsolute(env.XDG_CACHE_HOME) ? env.XDG_CACHE_HOME : path.join(os.homedir(), '.cache');
+  return path.join(base, 'subagents-mcp');
 }

@@ -1,8 +1,8 @@
 import fs from 'node:fs';
 import module from 'node:module';
-import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
+import { userCacheDir } from './compile-cache.js';
 
 /**
  * Loads what `serve` runs. On Node 20, which has no module compile cache (src/compile-cache.ts), the bundled bin
@@ -86,8 +86,7 @@ function loadCompiled(bundle: string, env: NodeJS.ProcessEnv): LoadedServer {
 
 /** `<XDG_CACHE_HOME or ~/.cache>/subagents-mcp/v8-code-cache`, beside Node's compile cache (src/compile-cache.ts). */
 function cacheDir(env: NodeJS.ProcessEnv): string {
-  const base = env.XDG_CACHE_HOME && path.isAbsolute(env.XDG_CACHE_HOME) ? env.XDG_CACHE_HOME : path.join(os.homedir(), '.cache');
-  return path.join(base, 'subagents-mcp', 'v8-code-cache');
+  return path.join(userCacheDir(env), 'v8-code-cache');
 }
 
 const uid = process.getuid?.();
