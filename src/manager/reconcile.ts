@@ -92,8 +92,10 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
   });
   ctx.store.event(runId, { type: 'reconciled', state: after.state, error: after.error?.code ?? null });
   void serveQueue(ctx); // the slot the lost runner held goes to the queue's head
-  // A runner killed mid-write leaves its temp files behind (the rename never came); it is proven gone now. So does a
-  // server killed while writing a cancel request or an append: every writer that is gone.
+  // A runner killed mid-write leaves its temp files behind (the rename never came); it is proven gone now, by its
+  // identity, so its temps go by its pid even while that pid is a zombie not yet reaped (signal 0 still finds one).
+  // So does a server killed while writing a cancel request or an append: every writer that is gone.
+  removeStaleTemps(paths.dir, runner.pid);
   removeStaleTemps(paths.dir, null);
   // Nested runs of a lost run end too.
   for (const c of ctx.store.children(runId)) {
