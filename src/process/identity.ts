@@ -105,14 +105,19 @@ export function isAlive(id: ProcessIdentity | null | undefined): boolean {
   return info !== null && info.state !== 'Z' && info.startTime === id.startTime;
 }
 
-/** Every process visible to us (Linux: /proc; elsewhere: ps). */
-export function listProcesses(): ProcessInfo[] {
+/**
+ * Every process visible to us (Linux: /proc; elsewhere: ps). `only`: on Linux, just the processes whose pid it admits
+ * (the others' `/proc/<pid>/stat` is not read; see process/pid-window.ts).
+ */
+export function listProcesses(only?: (pid: number) => boolean): ProcessInfo[] {
   const out: ProcessInfo[] = [];
   if (HAS_PROC) {
     for (const name of fs.readdirSync('/proc')) {
       const c = name.charCodeAt(0);
       if (c < 0x30 || c > 0x39) continue; // not a pid (`self`, `sys` …): pid directories are all digits
-      const info = readStat(Number(name), name);
+      const pid = Number(name);
+      if (only && !only(pid)) continue;
+      const info = readStat(pid, name);
       if (info) out.push(info);
     }
     return out;

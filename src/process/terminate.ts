@@ -13,6 +13,13 @@ export interface RunProcessQuery {
    * one, at every run's end).
    */
   since?: string;
+  /**
+   * Only processes whose pid this admits, plus `known` (process/pid-window.ts `pidsSince`: the pids handed out since
+   * the run started, which every process the run left behind has). Read again at each scan, as pids keep coming.
+   */
+  pids?: () => ((pid: number) => boolean) | null;
+  /** Pids always looked at, whatever `pids` admits: the run's recorded agents. */
+  known?: number[];
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -24,7 +31,10 @@ export function findRunProcesses(q: RunProcessQuery): ProcessInfo[] {
   const entry = q.token ? `SUBAGENTS_RUN_TOKEN=${q.token}` : undefined;
   const since = q.since !== undefined && /^\d+$/.test(q.since) ? Number(q.since) : null; // Linux clock ticks; ps dates: no filter
   const mayCarry = (p: ProcessInfo) => since === null || !/^\d+$/.test(p.startTime) || Number(p.startTime) >= since;
-  return listProcesses().filter((p) => p.state !== 'Z' && !exclude.has(p.pid)
+  const window = q.pids?.() ?? null;
+  const known = new Set(q.known ?? []);
+  const listed = listProcesses(window ? (pid) => window(pid) || known.has(pid) : undefined);
+  return listed.filter((p) => p.state !== 'Z' && !exclude.has(p.pid)
     && (groups.has(p.pgid) || (entry !== undefined && mayCarry(p) && hasEnvEntry(p.pid, entry))));
 }
 

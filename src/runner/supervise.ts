@@ -8,6 +8,7 @@ import { agentSourceEnv, buildAgentEnv } from '../agents/agent-env.js';
 import type { ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, signalVerified, terminateProcesses } from '../process/terminate.js';
 import { isAlive } from '../process/identity.js';
+import { pidMark, pidsSince, type PidMark } from '../process/pid-window.js';
 import { configureLocks } from '../store/lock.js';
 import { diskFaultOf, ensurePrivateDir, removeStaleTemps, writeFileAtomic, writeNewFile } from '../store/atomic-write.js';
 import type { Layout, RunPaths } from '../store/layout.js';
@@ -168,6 +169,12 @@ class Executor {
   private readonly worktrees: StepWorktrees;
   /** For the first agent of the run only; gone (used or disposed) before any sweep of the run's group. */
   private stub: AgentStub | null;
+  /**
+   * Where the pid allocator stood when this run's supervision began (process/pid-window.ts): the end's sweep reads only
+   * the processes created since, while the allocator cannot have gone round. Only a runner in a process of its own:
+   * a host sharing its process has processes of its own in the group, older than the run.
+   */
+  private readonly pidMark: PidMark | null;
 
   constructor(
     private readonly record: RunRecord,
@@ -182,6 +189,8 @@ class Executor {
     this.specs = [...record.steps];
     this.runId = record.runId;
     this.stub = host.agentStub ?? null;
+    // Before anything of the run is started: what the end's sweep looks for has a pid handed out after this.
+    this.pidMark = host.processSignals ? pidMark() : null;
     this.worktrees = new StepWorktrees(record, layout, paths);
   }
 
@@ -581,7 +590,10 @@ class Executor {
     // A stub no agent became (the run stopped before its first agent, or that agent was spawned) exits on its own.
     await this.takeStub()?.dispose();
     const since = this.agentStartUnknown || this.tokenSince === null ? this.me.startTime : this.tokenSince;
-    const find = () => findRunProcesses({ pgids: [this.me.pid], token: this.record.runToken, since, exclude: [process.pid] });
+    const mark = this.pidMark;
+    const pids = mark ? () => pidsSince(mark) : undefined;
+    const known = this.status.steps.flatMap((st) => [st, ...(st.members ?? [])]).flatMap((st) => (st.process ? [st.process.pid] : []));
+    const find = () => findRunProcesses({ pgids: [this.me.pid], token: this.record.runToken, since, exclude: [process.pid], pids, known });
     const r = await terminateProcesses(find, this.record.killGraceMs);
     if (r.survivors.length) this.status.survivors = r.survivors.map((p) => ({ pid: p.pid, startTime: p.startTime }));
   }
