@@ -5,6 +5,7 @@ import { DetachedChild, spawnDetached } from '../process/spawn-detached.js';
 import { ensurePrivateDir } from '../store/atomic-write.js';
 import { WarmPoolFiles, type IdleEntry } from '../store/warm-pool.js';
 import { RUNNER_MAIN, type ManagerContext } from './context.js';
+import { WarmDemand } from './warm-demand.js';
 
 /**
  * The warm pool's policy (docs/architecture.md, "Warm runners"): a launch takes a pre-booted idle runner of the state
@@ -19,8 +20,6 @@ import { RUNNER_MAIN, type ManagerContext } from './context.js';
 const REFILL_DELAY_MS = 30;
 /** The startup fill waits this long: a server's own start (and its first tools/list) comes first. */
 const STARTUP_FILL_DELAY_MS = 1000;
-/** After a burst the pool is refilled to the burst's size (for one idle time), up to this many runners. */
-const BURST_POOL_CAP = 8;
 /** Room in the idle runner's command line for its run's directory (runner/warm-idle.ts sets its title to it). */
 const TITLE_ROOM = '_'.repeat(96);
 /** How often a claimed runner's liveness is read during its handshake (we are not its parent: no exit event). */
@@ -36,21 +35,18 @@ interface PoolState {
   /** Runners this server started that have not announced themselves yet, by pid, with when to stop counting them. */
   booting: Map<number, number>;
   spawning: number;
-  /** Launches between their look at the pool and their answer. */
-  inFlight: number;
+  /** Launches in flight and the burst rule (manager/warm-demand.ts). */
+  demand: WarmDemand;
   /** Idle runners a launch of this server in flight has looked at (`peekWarmRunner`) and means to take. */
   peeked: Set<string>;
   timer: NodeJS.Timeout | null;
-  /** The most launches in flight at once (claim to answer) since the last refill: the burst's size. */
-  demand: number;
-  peak: { size: number; at: number };
 }
 
 const pools = new WeakMap<ManagerContext, PoolState>();
 
 function stateOf(ctx: ManagerContext): PoolState {
   let s = pools.get(ctx);
-  if (!s) pools.set(ctx, (s = { booting: new Map(), spawning: 0, inFlight: 0, peeked: new Set(), timer: null, demand: 0, peak: { size: 0, at: 0 } }));
+  if (!s) pools.set(ctx, (s = { booting: new Map(), spawning: 0, demand: new WarmDemand(ctx.settings.warmRunners, ctx.settings.warmIdleMs), peeked: new Set(), timer: null }));
   return s;
 }
 
@@ -130,8 +126,7 @@ export function claimWarmRunner(ctx: ManagerContext, runDir: string, env: Record
   // looking at the pool by the time the last one's refill is due. Demand is how many wanted a runner at once, not
   // how many came since the last refill: a refill may be seconds away (a serving runner's look again, or one that
   // found a launch in flight), and a sequential loop's launches of those seconds are no burst.
-  state.inFlight++;
-  state.demand = Math.max(state.demand, state.inFlight);
+  state.demand.claimed();
   const files = filesOf(ctx);
   const candidates = function* () {
     if (peeked) yield peeked;
@@ -153,7 +148,7 @@ export function claimWarmRunner(ctx: ManagerContext, runDir: string, env: Record
       throw err;
     }
     try {
-      files.writeClaim(e.key, { runDir, env, pool: { size: poolSize(ctx, state), maxRuns: ctx.settings.warmRunnerRuns } });
+      files.writeClaim(e.key, { runDir, env, pool: { size: state.demand.size(performance.now()), maxRuns: ctx.settings.warmRunnerRuns } });
     } catch (err) {
       stopIdle(e);
       files.forget(e.key, e.log);
@@ -183,8 +178,7 @@ export function warmLaunchSettled(ctx: ManagerContext, claimed: { child: Detache
   if (claimed) stopWatching(claimed.child);
   if (ctx.settings.warmRunners === 0) return;
   const state = stateOf(ctx);
-  state.inFlight = Math.max(0, state.inFlight - 1);
-  if (state.inFlight === 0) scheduleRefill(ctx, REFILL_DELAY_MS);
+  if (state.demand.settled()) scheduleRefill(ctx, REFILL_DELAY_MS);
 }
 
 /** An identity-checked kill of a runner that was never given a run (its group: it is a group leader). */
@@ -228,29 +222,15 @@ function scheduleRefill(ctx: ManagerContext, delayMs: number): void {
   state.timer.unref();
 }
 
-/** The pool's size now: the setting, or the last burst's size (capped) for one idle time after it. */
-function targetSize(ctx: ManagerContext, state: PoolState): number {
-  const now = performance.now();
-  if (state.demand >= state.peak.size || now - state.peak.at > ctx.settings.warmIdleMs) state.peak = { size: state.demand, at: now };
-  state.demand = 0;
-  return poolSize(ctx, state);
-}
-
-/** The size `targetSize` last settled on, without counting a new demand (what a claim tells its runner). */
-function poolSize(ctx: ManagerContext, state: PoolState): number {
-  const burst = performance.now() - state.peak.at > ctx.settings.warmIdleMs ? 0 : state.peak.size;
-  return Math.max(ctx.settings.warmRunners, Math.min(burst, BURST_POOL_CAP));
-}
-
 /** Boots the runners the pool lacks (idle ones announced, plus ones this server is booting, are counted). */
 export function refill(ctx: ManagerContext): void {
   // A nested server takes from the pool but never boots into it: it runs inside an agent's process tree, and a
   // runner booted there would descend from that agent while serving some other run.
   if (ctx.settings.warmRunners === 0 || ctx.nesting) return;
   const state = stateOf(ctx);
-  if (state.inFlight > 0) return; // the last of them to settle schedules it again
+  if (state.demand.inFlight > 0) return; // the last of them to settle schedules it again
   const files = filesOf(ctx);
-  const target = targetSize(ctx, state);
+  const target = state.demand.refillTarget(performance.now());
   const idle = ownIdle(files).filter((e) => {
     if (isAlive(e)) return true;
     files.forget(e.key, e.log);
