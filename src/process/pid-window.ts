@@ -21,7 +21,19 @@ export interface PidMark {
 /** Pids below this are never handed out again after a wrap (the kernel's RESERVED_PIDS). */
 const RESERVED_PIDS = 300;
 
-const HAS_PROC = process.platform === 'linux' && fs.existsSync('/proc/loadavg');
+/**
+ * /proc of this process's own pid namespace (its `self` is our pid): /proc/loadavg's last pid is the reader's
+ * namespace's, and must count in the same pids as the `/proc` listing it narrows.
+ */
+const HAS_PROC = process.platform === 'linux' && ownProc();
+
+function ownProc(): boolean {
+  try {
+    return fs.readlinkSync('/proc/self') === String(process.pid) && fs.existsSync('/proc/loadavg');
+  } catch {
+    return false;
+  }
+}
 
 let pidMaxRead: number | null | undefined;
 function pidMax(): number | null {
@@ -79,7 +91,7 @@ export function pidWindow(mark: PidMark, now: PidMark, max: number): ((pid: numb
 
 /** `pidWindow` for now, read from /proc; null when it cannot be bounded (scan every process then). */
 export function pidsSince(mark: PidMark): ((pid: number) => boolean) | null {
-  const max = pidMax();
+  const max = HAS_PROC ? pidMax() : null;
   if (max === null) return null;
   try {
     // Forks first: a task created between the two reads moves the last pid past what `forks` counts, never short of it.
