@@ -439,7 +439,7 @@ async function abandonLaunch(ctx: ManagerContext, record: RunRecord, f: Handshak
     try { process.kill(-pid, 'SIGKILL'); } catch { /* already gone */ }
     const end = performance.now() + 2000;
     while (performance.now() < end) {
-      const alive = runner ? isAlive(runner) : processExists(pid);
+      const alive = runner ? isAlive(runner) : readIdentity(pid) !== null; // only its pid known: running and not a zombie
       if (!alive) break;
       await new Promise((r) => setTimeout(r, 5));
     }
@@ -449,15 +449,6 @@ async function abandonLaunch(ctx: ManagerContext, record: RunRecord, f: Handshak
 
 function sameProcess(a: { pid: number; startTime: string }, b: { pid: number; startTime: string }): boolean {
   return a.pid === b.pid && a.startTime === b.startTime;
-}
-
-function processExists(pid: number): boolean {
-  try {
-    const stat = fs.readFileSync(`/proc/${pid}/stat`, 'utf8');
-    return !/\) Z /.test(stat);
-  } catch {
-    try { process.kill(pid, 0); return process.platform !== 'linux'; } catch { return false; }
-  }
 }
 
 function removeQuietly(dir: string): void {
