@@ -1,5 +1,6 @@
 import type { ProcessIdentity } from '../process/identity.js';
 import { SubagentError } from '../errors.js';
+import type { PendingReplace } from '../store/atomic-write.js';
 import type { Ledger } from '../store/ledger.js';
 import type { CapacityLedger, RunStore } from '../store/ports.js';
 import { isTerminalRun, isTerminalStep, unstartedAgents, type RunRecord, type RunState, type RunStatus, type StepError, type StepStatus } from '../store/run-types.js';
@@ -97,6 +98,10 @@ export async function endRun(on: RunEnder, run: EndingRun, end: RunEnd, options:
     if (!canTransition(current.state, end.state) || (end.from && !end.from.includes(current.state))) return { status: current, ...already };
     const next = endedStatus(options.runnerStatus ?? current, end);
     let ledgerReturned = options.ledgerReturned ?? false;
+    // A runner ending its own run (it held the lock since before its read) writes the terminal status's file now, and
+    // the disk commits it while the ledger is returned; it shows only after. A status it could not read (repaired
+    // from its memory) or a file it could not write goes the way below, which retries the write.
+    const pending = options.locked && stored !== null && !ledgerReturned && next.survivors.length === 0 ? beginWrite(on, run.runId, next) : null;
     let ledgerError: unknown = null;
     if (!ledgerReturned && next.survivors.length === 0) {
       try {
@@ -107,10 +112,23 @@ export async function endRun(on: RunEnder, run: EndingRun, end: RunEnd, options:
         ledgerError = e;
       }
     }
+    if (pending) {
+      await pending.commit();
+      return { status: next, ours: true, ledgerReturned, ledgerError };
+    }
     const status = on.store.updateLocked(run.runId, () => next, { durable: true, repairFrom: options.runnerStatus });
     return { status, ours: status === next, ledgerReturned, ledgerError };
   };
   return options.locked ? body() : on.store.withRunLock(run.runId, body);
+}
+
+/** `beginStatusWrite`, or null when the file could not be written (the caller's `updateLocked` tries again). */
+function beginWrite(on: RunEnder, runId: string, next: RunStatus): PendingReplace | null {
+  try {
+    return on.store.beginStatusWrite(runId, next);
+  } catch {
+    return null;
+  }
 }
 
 /** The status of a run that ends now: its open steps closed, the state, the error and what the end recorded. */

@@ -52,6 +52,35 @@ export async function writeFileAtomicAsync(file: string, data: string | Uint8Arr
   if (durable && options.syncDir !== false) await fsyncDirAsync(path.dirname(file));
 }
 
+/** A durable replace begun by `beginDurableReplace`, finished by `commit`. */
+export interface PendingReplace {
+  /** Waits for the file's fsync, renames it into place and fsyncs the directory; a failure throws as `writeFileAtomic`'s. */
+  commit(): Promise<void>;
+}
+
+/**
+ * `writeFileAtomic` (durable) in two halves, for a writer with other work to do before the new version may show: the
+ * temp is written now and its fsync runs on the thread pool meanwhile; `commit` publishes it. The disk's wait then
+ * overlaps that work instead of following it. Throws now what writing the temp throws.
+ */
+export function beginDurableReplace(file: string, data: string): PendingReplace {
+  const { tmp, fd } = openTemp(file, data);
+  const synced = fsPort.fsync(fd);
+  synced.catch(() => {}); // observed by commit
+  return {
+    async commit() {
+      try {
+        await synced;
+      } catch (e) {
+        abandonTemp(tmp, fd);
+        throw writeFailure(file, e);
+      }
+      publishTemp(file, tmp, fd);
+      fsyncDir(path.dirname(file));
+    },
+  };
+}
+
 let tempSeq = 0;
 
 /**

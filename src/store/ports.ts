@@ -1,3 +1,4 @@
+import type { PendingReplace } from './atomic-write.js';
 import type { Layout, RunPaths } from './layout.js';
 import type { Ledger } from './ledger.js';
 import type { PreparedRun, PublishedRun, UpdateOptions } from './run-store.js';
@@ -30,6 +31,11 @@ export interface RunStore {
   update(runId: string, mutate: (s: RunStatus) => RunStatus | null, options?: UpdateOptions): Promise<RunStatus>;
   /** The same, for a caller that holds the run lock. */
   updateLocked(runId: string, mutate: (s: RunStatus) => RunStatus | null, options?: UpdateOptions): RunStatus;
+  /**
+   * A durable write of `next` over the status the caller read holding the run lock, begun now (the file written, its
+   * fsync under way) and published by `commit`, still under the lock: for an end with more work before it may show.
+   */
+  beginStatusWrite(runId: string, next: RunStatus): PendingReplace;
   listRunIds(): string[];
   readAppends(runId: string): AppendRecord[];
   /** Durable when it returns; the caller holds the run lock. */

@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { SubagentError } from '../errors.js';
 import { isRunId } from '../ids.js';
-import { createNewFile, ensureDurablePrivateDir, fsyncAndClose, fsyncDirAsync, writeFileAtomic } from './atomic-write.js';
+import { beginDurableReplace, createNewFile, ensureDurablePrivateDir, fsyncAndClose, fsyncDirAsync, writeFileAtomic, type PendingReplace } from './atomic-write.js';
 import { fsPort } from './fs-port.js';
 import { appendEvent } from './event-log.js';
 import { AppendFile, ChildMarkerFile, readStateFile, RunRecordFile, RunStatusFile } from './state-files.js';
@@ -153,6 +153,17 @@ export class FileRunStore implements RunStore {
     const durable = options.durable ?? isTerminalRun(next.state);
     writeFileAtomic(this.paths(runId).status, JSON.stringify(next), { durable });
     return next;
+  }
+
+  /**
+   * The durable write of a run's next status in two halves (`beginDurableReplace`), for a caller that holds the run
+   * lock, read the status under it, and has more to do under it before the new one may show (a runner's end returns
+   * the ledger first). Nothing else writes the status while the lock is held, so the compare-and-set `updateLocked`
+   * does is the caller's read. Stamps `updatedAt`.
+   */
+  beginStatusWrite(runId: string, next: RunStatus): PendingReplace {
+    next.updatedAt = new Date().toISOString();
+    return beginDurableReplace(this.paths(runId).status, JSON.stringify(next));
   }
 
   listRunIds(): string[] {

@@ -236,6 +236,33 @@ describe('one run lifecycle: the same accounting from every caller', () => {
     expectTopLevelAccounting(ids.runId);
   });
 
+  it('a runner ending its own run writes the end while the ledger goes back, and it shows only after', async () => {
+    const me = readIdentity(process.pid)!;
+    const ids = fabricate({ nested: false, state: 'running', runner: me });
+    const runDir = path.join(t.home, 'runs', ids.runId);
+    const statusFile = path.join(runDir, 'status.json');
+    const seen: Array<{ state: string; temps: number }> = [];
+    const look = () => seen.push({
+      state: (JSON.parse(fs.readFileSync(statusFile, 'utf8')) as RunStatus).state,
+      temps: fs.readdirSync(runDir).filter((n) => n.startsWith('.status.json.') && n.endsWith('.tmp')).length,
+    });
+    const ledgerPort: ManagerContext['ledger'] = {
+      read: () => ctx.ledger.read(),
+      peek: () => ctx.ledger.peek(),
+      change: async (fn, o) => { look(); const v = await ctx.ledger.change(fn, o); look(); return v; },
+    };
+    const runnerStatus = ctx.store.readStatus(ids.runId)!;
+    const r = await ctx.store.withRunLock(ids.runId, () => m.endRun({ store: ctx.store, ledger: ledgerPort }, ctx.store.readRecord(ids.runId)!,
+      { state: 'completed', error: null }, { locked: true, runnerStatus, ledgerDurable: false }));
+    expect([r.ours, r.ledgerReturned, r.status.state]).toEqual([true, true, 'completed']);
+    // The end's file was on its way to the disk during the ledger's section; the old status showed throughout.
+    expect(seen).toEqual([{ state: 'running', temps: 1 }, { state: 'running', temps: 1 }]);
+    const stored = ctx.store.readStatus(ids.runId)!;
+    expect([stored.state, stored.updatedAt]).toEqual(['completed', r.status.updatedAt]);
+    expect(fs.readdirSync(runDir).filter((n) => n.endsWith('.tmp'))).toEqual([]);
+    expectTopLevelAccounting(ids.runId);
+  });
+
   it('an end whose status write is refused and retried returns the ledger once (a nested run refunds its claims once)', async () => {
     const ids = fabricate({ nested: true, state: 'running', runner: deadIdentity() });
     const record = ctx.store.readRecord(ids.runId)!;

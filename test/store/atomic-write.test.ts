@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { createFileExclusive, ensureDurablePrivateDir, ensurePrivateDir, removeStaleTemps, tempNameFor, writeFileAtomic, writeNewFile } from '../../src/store/atomic-write.js';
+import { beginDurableReplace, createFileExclusive, ensureDurablePrivateDir, ensurePrivateDir, removeStaleTemps, tempNameFor, writeFileAtomic, writeNewFile } from '../../src/store/atomic-write.js';
 import { overrideFsPort } from '../../src/store/fs-port.js';
 import { deferredFreesSettled } from '../../src/store/deferred-free.js';
 
@@ -92,6 +92,45 @@ describe('writeFileAtomic', () => {
     expect(flags[0]! & fs.constants.O_EXCL).toBeTruthy();
     expect(flags[0]! & fs.constants.O_NOFOLLOW).toBeTruthy();
     expect(flags[0]! & fs.constants.O_CREAT).toBeTruthy();
+  });
+
+  it('beginDurableReplace: the new version shows only at commit, after its fsync and before the directory\'s', async () => {
+    const f = path.join(dir, 'status.json');
+    writeFileAtomic(f, '{"state":"running"}');
+    const order: string[] = [];
+    restore = overrideFsPort({
+      fsync: async (fd) => { order.push(`fsync ${fs.readlinkSync(`/proc/self/fd/${fd}`) === dir ? 'dir' : 'file'} seeing ${fs.readFileSync(f, 'utf8')}`); fs.fsyncSync(fd); },
+      fsyncSync: (fd) => { order.push(`fsyncSync ${fs.readlinkSync(`/proc/self/fd/${fd}`) === dir ? 'dir' : 'file'} seeing ${fs.readFileSync(f, 'utf8')}`); fs.fsyncSync(fd); },
+    });
+    const pending = beginDurableReplace(f, '{"state":"completed"}');
+    expect(fs.readFileSync(f, 'utf8')).toBe('{"state":"running"}');
+    expect(leftovers()).toHaveLength(1);
+    await pending.commit();
+    expect(fs.readFileSync(f, 'utf8')).toBe('{"state":"completed"}');
+    expect(fs.statSync(f).mode & 0o777).toBe(0o600);
+    expect(leftovers()).toEqual([]);
+    expect(order).toEqual(['fsync file seeing {"state":"running"}', 'fsyncSync dir seeing {"state":"completed"}']);
+  });
+
+  it('beginDurableReplace: a failed fsync is a coded refusal at commit: the previous version stays, no temp is left', async () => {
+    const f = path.join(dir, 'status.json');
+    writeFileAtomic(f, 'old');
+    restore = overrideFsPort({ fsync: async () => { throw errno('EIO'); } });
+    const pending = beginDurableReplace(f, 'new');
+    const e = await pending.commit().catch((x: unknown) => x) as { code?: string; message?: string };
+    expect(e.code).toBe('INTERNAL');
+    expect(e.message).toMatch(/^could not write status\.json \(EIO\)/);
+    expect(fs.readFileSync(f, 'utf8')).toBe('old');
+    expect(leftovers()).toEqual([]);
+  });
+
+  it('beginDurableReplace: a temp that cannot be written throws at once and leaves nothing', () => {
+    const f = path.join(dir, 'status.json');
+    writeFileAtomic(f, 'old');
+    restore = overrideFsPort({ writeSync: () => { throw errno('ENOSPC'); } });
+    expect(() => beginDurableReplace(f, 'new')).toThrow(/ENOSPC/);
+    expect(fs.readFileSync(f, 'utf8')).toBe('old');
+    expect(leftovers()).toEqual([]);
   });
 });
 
