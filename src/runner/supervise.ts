@@ -40,9 +40,19 @@ import { claimAgentSlot, releaseAgentSlot, setAgentSlotProcess } from '../lifecy
 import { newStepStatus } from '../store/step-status.js';
 import { boundedStepText, writeJoinedOutput } from './joined-output.js';
 import { StepWorktrees, type StepWorktree } from './step-worktrees.js';
+import { DelayedTask } from './delayed-task.js';
 import { installStatusWriteFault } from './test-write-fault.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * How long an agent runs before its start is written down: the step's status with the agent's identity, and that
+ * identity in its ledger slot (docs/architecture.md, "The life of a run", step 5). An agent that ends sooner (a quick
+ * command, a CLI that refuses at once) is recorded by its step's end write alone: two locked sections fewer on the
+ * runner's thread while the agent runs, and its exit seen sooner. Until the write, the runner's identity covers the
+ * slot and its process group and run token find the agent, as while the write was under way.
+ */
+const AGENT_RECORD_AFTER_MS = 10;
 
 /** Attempts at a state write the disk refuses (ENOSPC, EIO …) before the runner gives it up. */
 const DISK_ATTEMPTS = 3;
@@ -398,9 +408,9 @@ class Executor {
       },
     });
     const timeoutMs = spec.agent.timeoutMs ?? this.record.defaultStepTimeoutMs;
-    const recorded: Promise<unknown>[] = [];
     let result;
     const stub = this.takeStub();
+    const recordStart = new DelayedTask(AGENT_RECORD_AFTER_MS);
     try {
       result = await runAgentProcess({
         record: this.record,
@@ -418,13 +428,14 @@ class Executor {
         onStarted: (agent, since) => {
           st.process = agent;
           this.noteAgentStart(agent, since);
-          // Not awaited here (the agent is already running), but before the step ends: nothing outlives its step.
-          recorded.push(this.write().catch(() => {}), setAgentSlotProcess(this.ledger, slotKey, agent).catch(() => {}));
+          // Written down once the agent has run a moment (AGENT_RECORD_AFTER_MS); not awaited here (it is already
+          // running), but settled before the step ends: nothing outlives its step.
+          recordStart.schedule(() => Promise.all([this.write().catch(() => {}), setAgentSlotProcess(this.ledger, slotKey, agent).catch(() => {})]));
         },
       });
     } finally {
       budget.revoke();
-      await Promise.all(recorded);
+      await recordStart.settle();
       await stub?.dispose(); // not used by this agent (spawned instead): it exits now, not at the sweep
     }
     await settleChildren(this.store, this.runId, st.key, this.stopReason === 'CANCELLED' ? 'CANCELLED' : 'PARENT_ENDED');
