@@ -2,11 +2,15 @@
 // ±20–35% over minutes) hits every build alike. Full benchmark runs of one build apart differ by more than most
 // single changes; every "interleaved A/B" figure in docs/performance.md comes from this.
 //
-//   node bench/tools/ab.mjs <a/dist/main.js> <b/dist/main.js> [...]      (AB_ONLY=launch|burst, AB_ROUNDS=n)
+//   node bench/tools/ab.mjs <a/dist/main.js> <b/dist/main.js> [...]      (AB_ONLY=launch|burst|sleepers, AB_ROUNDS=n)
 //
 // launch: sequential launches of an instant agent, each run waited to its end before the next (60 by default).
 // burst: rounds of 8 concurrent launches (14 by default), with 8 bare detached handshakes as the floor of each round,
-// and the server's main-thread CPU per round (launches, their statuses until terminal). Prints figures; never fails.
+// and the server's main-thread CPU per round (launches, their statuses until terminal).
+// sleepers: rounds of 8 concurrent 1 s agents, each `launch` + `status` until terminal, as bench/peer.mjs's burst
+// (12 by default, 1 s apart; each server's first round, in which its warm pool grows, left out). Prints figures;
+// never fails.
+import fs from 'node:fs';
 import path from 'node:path';
 import {
   cpuMs, handshakeFloorConcurrent, now, reapHome, runBench, serverEnv, startServer, stats, tempHome, writeAgent,
@@ -18,12 +22,16 @@ if (builds.length < 2) {
   process.exit(2);
 }
 const only = process.env.AB_ONLY ?? 'launch,burst';
+const SLEEPER = '#!/bin/sh\nsleep 1\necho done\n';
 
 async function startAll() {
   const out = [];
   for (const [i, main] of builds.entries()) {
     const h = tempHome();
     writeAgent(h.home, 'instant', { backend: 'command', command: ['true'] });
+    const sleeper = path.join(h.base, 'sleeper');
+    fs.writeFileSync(sleeper, SLEEPER, { mode: 0o755 });
+    writeAgent(h.home, 'sleeper', { backend: 'command', command: [sleeper] });
     out.push({ name: `${String.fromCharCode(65 + i)} ${main}`, h, s: await startServer(serverEnv(h), { args: [main, 'serve'] }) });
   }
   return out;
@@ -95,7 +103,34 @@ async function bursts(rounds, k = 8) {
   }
 }
 
+async function sleepers(rounds, k = 8) {
+  const servers = await startAll();
+  try {
+    const walls = servers.map(() => []);
+    const run = async (s) => {
+      const l = await s.call('launch', { agent: 'sleeper', task: 'x' });
+      await untilTerminal(s, l.structuredContent.runId);
+    };
+    for (let i = 0; i < rounds + 1; i++) {
+      const order = i % 2 ? [...servers.keys()].reverse() : [...servers.keys()];
+      for (const j of order) {
+        const t0 = now();
+        await Promise.all(Array.from({ length: k }, () => run(servers[j].s)));
+        if (i > 0) walls[j].push(now() - t0);
+        await new Promise((r) => setTimeout(r, 1000)); // the pool's refill, as between two bursts of a session
+      }
+    }
+    servers.forEach((v, j) => {
+      const st = stats(walls[j]);
+      console.log(`${k} concurrent 1 s agents, ${v.name}: wall median ${st.median.toFixed(0)} ms, p90 ${st.p90.toFixed(0)} ms (n=${walls[j].length})`);
+    });
+  } finally {
+    await stopAll(servers);
+  }
+}
+
 runBench(async () => {
   if (only.includes('launch')) await launches(Number(process.env.AB_ROUNDS) || 60);
   if (only.includes('burst')) await bursts(Number(process.env.AB_ROUNDS) || 14);
+  if (only.includes('sleepers')) await sleepers(Number(process.env.AB_ROUNDS) || 12);
 });
