@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 
 /**
- * Which pids were handed out since a moment (docs/architecture.md, "Run lifecycle", step 6): a run's end scans
+ * Which pids were handed out since a moment (docs/architecture.md, "The life of a run", step 6): a run's end scans
  * `/proc` for what its agents left behind, and every such process was created after the run started. Linux hands out
  * pids in cyclic order (the lowest free one above the last, wrapping to 300 past `pid_max`), so as long as the
  * allocator cannot have gone all the way round since then, those processes have pids in the cyclic interval
