@@ -75,6 +75,10 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
   const runner = status.runner!;
   const find = () => findRunProcesses({ pgids: runnerGroups(runner), token: record.runToken, since: runner.startTime, exclude: [process.pid] });
   const term = await terminateProcesses(find, record.killGraceMs);
+  // A runner killed mid-write leaves its temp files behind (the rename never came). It is proven gone now, by its
+  // identity, so its temps go by its pid, even while that pid is a zombie not yet reaped (signal 0 still finds one),
+  // and before the end is written: a refused end write (a full disk) must not leave them for the next pass.
+  removeStaleTemps(paths.dir, runner.pid);
   // The runner's last words; a runner killed outright (SIGKILL, the OOM killer) leaves none, which is worth saying.
   const tail = readTail(paths.runnerLog, 2048) || '(runner.log is empty: the runner was killed without a word, e.g. by SIGKILL or the OOM killer)';
   // A run someone asked to stop, whose runner is gone (it may have been stopped by the canceller itself, racing with
@@ -92,10 +96,7 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
   });
   ctx.store.event(runId, { type: 'reconciled', state: after.state, error: after.error?.code ?? null });
   void serveQueue(ctx); // the slot the lost runner held goes to the queue's head
-  // A runner killed mid-write leaves its temp files behind (the rename never came); it is proven gone now, by its
-  // identity, so its temps go by its pid even while that pid is a zombie not yet reaped (signal 0 still finds one).
-  // So does a server killed while writing a cancel request or an append: every writer that is gone.
-  removeStaleTemps(paths.dir, runner.pid);
+  // So do those of a server killed while writing a cancel request or an append: every writer that is gone.
   removeStaleTemps(paths.dir, null);
   // Nested runs of a lost run end too.
   for (const c of ctx.store.children(runId)) {
