@@ -79,6 +79,9 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
   // identity, so its temps go by its pid, even while that pid is a zombie not yet reaped (signal 0 still finds one),
   // and before the end is written: a refused end write (a full disk) must not leave them for the next pass.
   removeStaleTemps(paths.dir, runner.pid);
+  // Killed inside a ledger section, it left its temp of ledger.json in the home, whose files every process of the
+  // home writes: there, only temps whose writer no longer exists at all go.
+  removeStaleTemps(ctx.layout.home, null, false);
   // The runner's last words; a runner killed outright (SIGKILL, the OOM killer) leaves none, which is worth saying.
   const tail = readTail(paths.runnerLog, 2048) || '(runner.log is empty: the runner was killed without a word, e.g. by SIGKILL or the OOM killer)';
   // A run someone asked to stop, whose runner is gone (it may have been stopped by the canceller itself, racing with

@@ -226,11 +226,12 @@ describe.skipIf(process.platform === 'win32')('F6 disk faults', () => {
       const runner = ctx.store.readStatus(runId).runner.pid as number;
       process.kill(runner, 'SIGKILL');
       expect(await until(() => !pidAlive(runner), 5000)).toBe(true);
-      // Killed at any moment, the runner may have been writing a file of its own (its step's prompt, here planted so
-      // that every case has one): the temp goes with the pass that finds the runner gone, even when its end write fails.
+      // Killed at any moment, the runner may have been writing a file (its step's prompt, the ledger; here planted so
+      // that every case has them): its temps go with the pass that finds it gone, even when that pass's end write fails.
       const prompts = path.join(t.home, 'runs', runId, 'prompts');
       fs.mkdirSync(prompts, { recursive: true });
       fs.writeFileSync(path.join(prompts, `.0.system.md.${runner}.7fb377e.tmp`), 'half');
+      fs.writeFileSync(path.join(t.home, `.ledger.json.${runner}.3a.tmp`), 'half');
       const before = snapshot(statusFile);
       inject(op, code, named('status.json', runId));
       const seen = await m.freshStatus(ctx, runId).catch((e: unknown) => e);
