@@ -162,10 +162,13 @@ describe.skipIf(process.platform === 'win32')('F6 disk faults', () => {
     beforeAll(async () => {
       runId = (await m.launch(ctx, { mode: 'chain', chain: [{ agent: 'sleeper', task: 'x' }] }, { signal: ac.signal })).runId;
       // The launch answers once the runner claimed its start; the step's own writes (agent slot, status, budget and
-      // prompt files, each through a temp file) follow. Once the step names its process the runner writes nothing
-      // until the agent ends, so the temp-file checks below see only what the appends leave.
+      // prompt files, each through a temp file) follow. Once the step's status and its ledger slot both name the
+      // agent (written side by side) the runner writes nothing until the agent ends, so the temp-file checks below
+      // see only what the appends leave.
       const statusFile = path.join(t.home, 'runs', runId, 'status.json');
-      expect(await until(() => JSON.parse(fs.readFileSync(statusFile, 'utf8')).steps[0]?.process != null, 20_000)).toBe(true);
+      const slotNamesAgent = () => Object.entries(JSON.parse(fs.readFileSync(path.join(t.home, 'ledger.json'), 'utf8')).agents ?? {})
+        .some(([key, slot]: [string, any]) => key.startsWith(`${runId}:`) && slot.agent != null);
+      expect(await until(() => JSON.parse(fs.readFileSync(statusFile, 'utf8')).steps[0]?.process != null && slotNamesAgent(), 20_000)).toBe(true);
     });
 
     it('the first append: appends/ cannot be made (ENOSPC) → refused, nothing appended, fan-out claim returned', async () => {
