@@ -96,7 +96,7 @@ async function serveFromPool(warmDir: string): Promise<number> {
     const left = run.clean && served < maxRuns && process.env.SUBAGENTS_TEST_FAULT === undefined ? await supervisor.leftFromRun(baseline) : null;
     if (left) process.stderr.write(`runner: not going back to the warm pool (${left}); exiting\n`);
     const again = left === '' && ownIdle(files, build, me) < (got.claim.pool?.size ?? 0);
-    bootLog = again ? files.bootLog(`boot-${me.pid}-${me.startTime.replace(/\W/g, '_')}-run${served}`) : undefined;
+    bootLog = again ? files.returnLog(me, served) : undefined;
     if (!again || !leaveRun({ bootEnv, warmDir, runnerLog: paths.runnerLog, bootLog: bootLog! })) {
       if (bootLog) fs.rmSync(bootLog, { force: true }); // a log moved half-way: the run's own name keeps its copy
       files.endServing(got.key);

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
-import { writeFileAtomic } from '../store/atomic-write.js';
+import { writeNewFile } from '../store/atomic-write.js';
 import { WarmPoolFiles, type WarmClaim } from '../store/warm-pool.js';
 import { waitUntil } from '../wait.js';
 
@@ -92,9 +92,14 @@ export function leaveRun(o: LeaveRunOptions): boolean {
     const named = fs.statSync(o.runnerLog);
     if (own.ino !== named.ino || own.dev !== named.dev || fs.fstatSync(1).ino !== own.ino) return false;
     fs.linkSync(o.runnerLog, o.bootLog);
-    writeFileAtomic(o.runnerLog, fs.readFileSync(o.bootLog), { durable: false });
+    // The copy is made in the warm directory and renamed over the run's name: a runner killed half-way leaves its
+    // files there, where the pool removes a dead runner's (`WarmPoolFiles.forget`), never in the ended run's directory.
+    const copy = `${o.bootLog}.copy`;
+    writeNewFile(copy, fs.readFileSync(o.bootLog));
+    fs.renameSync(copy, o.runnerLog);
     fs.ftruncateSync(2, 0);
   } catch {
+    fs.rmSync(`${o.bootLog}.copy`, { force: true });
     return false;
   }
   process.title = `${process.execPath} ${process.argv[1]} --warm ${o.warmDir}`;

@@ -282,7 +282,7 @@ export function ensureDurablePrivateDir(dir: string): void {
  * pool's claim). O_EXCL and O_NOFOLLOW all the same: an existing name, even a planted symlink, is refused (EEXIST)
  * rather than written through. Not fsynced.
  */
-export function writeNewFile(file: string, data: string): void {
+export function writeNewFile(file: string, data: string | Uint8Array): void {
   const fd = createNewFile(file, data);
   try {
     fsPort.closeSync(fd); // a failed close is a failed write (EIO on some file systems)
@@ -295,7 +295,7 @@ export function writeNewFile(file: string, data: string): void {
  * `writeNewFile` that leaves the file open, for `fsyncAndClose`: a directory built to be published fsyncs what it
  * wrote through the descriptors it wrote with, rather than opening every file again.
  */
-export function createNewFile(file: string, data: string): number {
+export function createNewFile(file: string, data: string | Uint8Array): number {
   let fd: number | undefined;
   assertNoLinkBelowHome(file);
   try {

@@ -144,10 +144,22 @@ export class WarmPoolFiles {
     }
   }
 
-  /** Names of a runner known dead or done with the pool (its `.idle`), so nobody tries it again; `log`: its boot log too. */
+  /**
+   * The boot log of a runner going back to the pool after its `served`-th run (`leaveRun`); its name starts with
+   * the runner's key, so that `forget` finds it and its copy if the runner dies half-way back.
+   */
+  returnLog(id: ProcessIdentity, served: number): string { return this.bootLog(`boot-${WarmPoolFiles.keyOf(id)}-run${served}`); }
+
+  /**
+   * Names of a runner known dead or done with the pool (its `.idle`), so nobody tries it again; `log`: its boot log
+   * too. So do the files of its way back from a run (`returnLog` and its copy), which a runner killed half-way leaves.
+   */
   forget(key: string, log = ''): void {
     for (const k of ['idle', 'taken', 'claim', 'serving'] as const) fs.rmSync(this.file(key, k), { force: true });
     if (log) fs.rmSync(path.join(this.dir, log), { force: true });
+    let names: string[] = [];
+    try { names = fs.readdirSync(this.dir); } catch { /* no pool directory */ }
+    for (const n of names) if (n.startsWith(`boot-${key}-run`)) fs.rmSync(path.join(this.dir, n), { force: true });
   }
 
   /**

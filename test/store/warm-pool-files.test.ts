@@ -46,3 +46,17 @@ describe('warm pool claim', () => {
     expect(fs.readFileSync(target, 'utf8')).toBe('untouched');
   });
 });
+
+describe('a runner that died on its way back to the pool', () => {
+  it('forgetting it removes its return log and that log\'s copy, and nothing of another runner', () => {
+    const files = new WarmPoolFiles(dir);
+    const key = WarmPoolFiles.keyOf(id);
+    const other = { pid: 4243, startTime: '123456' };
+    const mine = files.returnLog(id, 3);
+    const theirs = files.returnLog(other, 3);
+    for (const f of [mine, `${mine}.copy`, theirs, `${theirs}.copy`]) fs.writeFileSync(f, 'log', { mode: 0o600 });
+    expect(path.basename(mine).startsWith(`boot-${key}-run`)).toBe(true);
+    files.forget(key);
+    expect(fs.readdirSync(dir).sort()).toEqual([path.basename(theirs), `${path.basename(theirs)}.copy`].sort());
+  });
+});
