@@ -1,7 +1,7 @@
 import type { Settings } from '../config.js';
 import { Layout } from '../store/layout.js';
 import { configureLocks, settleLocks } from '../store/lock.js';
-import { isAlive, selfIdentity } from '../process/identity.js';
+import { isAlive, pidIsFree, selfIdentity } from '../process/identity.js';
 import type { SessionRegistry } from '../store/ports.js';
 import type { SessionRecord } from '../store/session-registry.js';
 import { checkStateHome, openStateHome } from '../store/state-home.js';
@@ -23,7 +23,7 @@ export function openHome(settings: Settings): void {
  * at once (store/lock-dir.ts); sets how long a held lock is waited for.
  */
 export function identifyLockHolder(settings: Pick<Settings, 'lockWaitMs'>): void {
-  configureLocks({ self: selfIdentity(), isAlive, waitMs: settings.lockWaitMs });
+  configureLocks({ self: selfIdentity(), isAlive, pidFree: pidIsFree, waitMs: settings.lockWaitMs });
 }
 
 /** Whether a state home is safe to use (`problems` empty), and what is wrong with it otherwise (`doctor` says more). */

@@ -90,6 +90,15 @@ export function readIdentity(pid: number): ProcessIdentity | null {
   return info && info.state !== 'Z' ? { pid, startTime: info.startTime } : null;
 }
 
+/**
+ * Whether the pid of a process known dead belongs to no live process now: none has it, or only a zombie (itself, not
+ * yet reaped, or another dead one). Files named with that pid are then no live process's.
+ */
+export function pidIsFree(dead: ProcessIdentity): boolean {
+  const now = readIdentity(dead.pid);
+  return now === null || now.startTime === dead.startTime;
+}
+
 export function selfIdentity(): ProcessIdentity {
   const id = readIdentity(process.pid);
   return id ?? { pid: process.pid, startTime: 'unknown' };

@@ -7,7 +7,7 @@ import { stderrReason } from '../agents/adapters/shared.js';
 import { agentSourceEnv, buildAgentEnv } from '../agents/agent-env.js';
 import type { ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, signalVerified, terminateProcesses } from '../process/terminate.js';
-import { isAlive } from '../process/identity.js';
+import { isAlive, pidIsFree } from '../process/identity.js';
 import { pidMark, pidsSince, type PidMark } from '../process/pid-window.js';
 import { configureLocks } from '../store/lock.js';
 import { diskFaultOf, ensurePrivateDir, removeStaleTemps, writeFileAtomic, writeNewFile } from '../store/atomic-write.js';
@@ -124,7 +124,7 @@ export const RUNNER_HOST: SuperviseHost = { processSignals: true };
  */
 export async function supervise(record: RunRecord, paths: RunPaths, me: ProcessIdentity, claimed: RunStatus | null = null, host: SuperviseHost = RUNNER_HOST, attempt = 0): Promise<number> {
   // The runner's own process: its locks name it, and a lock whose holder died is cleared at once (store/lock-dir.ts).
-  if (host.processSignals) configureLocks({ self: me, isAlive });
+  if (host.processSignals) configureLocks({ self: me, isAlive, pidFree: pidIsFree });
   const { layout, store, ledger } = host.ports ?? fileStatePorts(path.dirname(path.dirname(paths.dir)));
   const started = claimed ?? await persistently(() => store.update(record.runId, (s) => (s.state === 'starting' && (s.attempt ?? 0) === attempt
     ? { ...s, state: 'running', startedAt: new Date().toISOString(), runner: me }

@@ -104,8 +104,10 @@ export function readHolder(file: string): HolderRecord | null {
  * only one clearer's unlink of that acquisition's holder file succeeds, and a lock taken again since has another
  * holder file (its directory must have been removed first, which removes the old holder file). A lock without a
  * holder file (its holder died between mkdir and writing it, or another host's) is left to the stale time.
+ * `leftovers` runs for the one clearer that won, while the directory still stands (nobody can take the lock yet): the
+ * place to remove what the dead holder left half written in its section.
  */
-export function clearDeadHolder(dir: string, isAlive: (id: ProcessIdentity) => boolean): boolean {
+export function clearDeadHolder(dir: string, isAlive: (id: ProcessIdentity) => boolean, leftovers?: (dead: ProcessIdentity) => void): boolean {
   let names: string[];
   try {
     names = fs.readdirSync(dir).filter((n) => n.startsWith(HOLDER_PREFIX));
@@ -123,6 +125,7 @@ export function clearDeadHolder(dir: string, isAlive: (id: ProcessIdentity) => b
   } catch {
     return false;
   }
+  try { leftovers?.({ pid: holder.pid, startTime: holder.startTime }); } catch { /* the lock is cleared all the same */ }
   // The directory is still the dead holder's acquisition (nobody can mkdir while it exists): remove it.
   try { fs.rmdirSync(dir); } catch { /* taken over as stale meanwhile */ }
   return true;

@@ -4,6 +4,7 @@ import lockfile from 'proper-lockfile';
 import { SubagentError } from '../errors.js';
 import { DirWatch } from '../wait.js';
 import type { ProcessIdentity } from '../process/identity.js';
+import { removeStaleTemps } from './atomic-write.js';
 import { clearDeadHolder, lockDirOf, makeLockDir, removeLockDir, takeFreeLock } from './lock-dir.js';
 
 export interface LockOptions {
@@ -34,15 +35,23 @@ const LOCK_FS = {
  * no process liveness of its own (docs/architecture.md, "The layers"): the server, the command line and the runner
  * configure it. Unconfigured, locks carry no holder and a dead holder's lock is freed by the stale time alone.
  */
-const holderConfig: { self: ProcessIdentity | null; isAlive: ((id: ProcessIdentity) => boolean) | null; waitMs: number } = {
-  self: null, isAlive: null, waitMs: 5000,
-};
+const holderConfig: {
+  self: ProcessIdentity | null;
+  isAlive: ((id: ProcessIdentity) => boolean) | null;
+  pidFree: ((dead: ProcessIdentity) => boolean) | null;
+  waitMs: number;
+} = { self: null, isAlive: null, pidFree: null, waitMs: 5000 };
 
 export interface LockConfig {
   /** This process, recorded as the holder of every lock it takes. */
   self: ProcessIdentity;
   /** Whether a recorded holder still runs (pid, not a zombie, same start time). */
   isAlive: (id: ProcessIdentity) => boolean;
+  /**
+   * Whether a dead holder's pid is nobody else's now (no process, or still its zombie): only then are the temp files
+   * named with that pid its own, to remove when its lock is cleared. Unset: they are left to the next server start.
+   */
+  pidFree?: (dead: ProcessIdentity) => boolean;
   /** Default wait for a held lock before BUSY. */
   waitMs?: number;
 }
@@ -50,6 +59,7 @@ export interface LockConfig {
 export function configureLocks(config: LockConfig): void {
   holderConfig.self = config.self;
   holderConfig.isAlive = config.isAlive;
+  holderConfig.pidFree = config.pidFree ?? null;
   if (config.waitMs !== undefined) holderConfig.waitMs = config.waitMs;
 }
 
@@ -119,7 +129,7 @@ async function lockSection<T>(target: string, fn: () => T | Promise<T>, options:
         const code = (e as NodeJS.ErrnoException).code;
         if (code !== 'ELOCKED' && !(code === 'ENOENT' && fs.existsSync(path.dirname(target)))) throw e;
         // A holder that provably died (SIGKILL inside its section) frees the lock at once, not after the stale time.
-        if (holderConfig.isAlive && clearDeadHolder(lockDirOf(target), holderConfig.isAlive)) continue;
+        if (holderConfig.isAlive && clearDeadHolder(lockDirOf(target), holderConfig.isAlive, (dead) => removeDeadHolderTemps(target, dead))) continue;
         if (performance.now() >= deadline) {
           throw new SubagentError('BUSY', `the ${options.what ?? 'state'} lock stayed held for ${waitMs} ms by another process; retry in a moment.`);
         }
@@ -140,6 +150,16 @@ async function lockSection<T>(target: string, fn: () => T | Promise<T>, options:
   } finally {
     try { release!(); } catch { /* taken over as stale meanwhile: not ours to remove */ }
   }
+}
+
+/**
+ * A holder killed inside its section (SIGKILL, the OOM killer) may have left the temp file of an atomic write whose
+ * rename never came, next to the locked file (`.ledger.json.<pid>.<hex>.tmp`). Its temps there go with its lock, by
+ * its pid, and only while that pid is nobody else's: a live process that reused it may be writing one right now (it
+ * cannot hold this lock, but it can write another file of that directory).
+ */
+function removeDeadHolderTemps(target: string, dead: ProcessIdentity): void {
+  if (holderConfig.pidFree?.(dead)) removeStaleTemps(path.dirname(target), dead.pid, false);
 }
 
 /** Wakes a waiter at the next removal of the lock directory (its creation, or a take-over, is no reason to try). */

@@ -4,7 +4,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REPO } from '../helpers/paths.js';
-import { isAlive, selfIdentity } from '../../src/process/identity.js';
+import { isAlive, pidIsFree, selfIdentity } from '../../src/process/identity.js';
 import { clearDeadHolder, lockDirOf, makeLockDir, readHolder, removeLockDir, takeFreeLock } from '../../src/store/lock-dir.js';
 import { deferredFreesSettled } from '../../src/store/deferred-free.js';
 import { configureLocks, withLock } from '../../src/store/lock.js';
@@ -33,7 +33,7 @@ describe('a lock names its holder', () => {
   let dir: string;
   beforeAll(() => {
     dir = fs.mkdtempSync(path.join(os.tmpdir(), 'lock-holder-'));
-    configureLocks({ self: selfIdentity(), isAlive });
+    configureLocks({ self: selfIdentity(), isAlive, pidFree: pidIsFree });
   });
   afterAll(() => fs.rmSync(dir, { recursive: true, force: true }));
 
@@ -45,6 +45,39 @@ describe('a lock names its holder', () => {
     // A wait far below the 5 s stale time: only the dead-holder check can free it in time.
     await expect(withLock(target, () => 'ran', { waitMs: 300, staleMs: 60_000 })).resolves.toBe('ran');
     expect(fs.existsSync(lockDirOf(target))).toBe(false);
+  }, 30_000);
+
+  it("a dead holder's temps beside the locked file go with its lock; a live process's, and its pid reused, stay", async () => {
+    const sub = path.join(dir, 'temps');
+    fs.mkdirSync(path.join(sub, 'nested'), { recursive: true });
+    const target = path.join(sub, 'ledger.json');
+    const h = holder(target, 'die');
+    expect(await h.exited).toBe('SIGKILL');
+    const dead = h.child.pid!;
+    // What a SIGKILL inside the section leaves (writeFileAtomic's temp, its rename never made), and what must stay:
+    // this live process's temp of the same file, and the dead pid's name one directory down (not beside the file).
+    const deadTemp = path.join(sub, `.ledger.json.${dead}.1f.tmp`);
+    const liveTemp = path.join(sub, `.ledger.json.${process.pid}.2e.tmp`);
+    const nested = path.join(sub, 'nested', `.status.json.${dead}.3d.tmp`);
+    for (const f of [deadTemp, liveTemp, nested]) fs.writeFileSync(f, '{');
+    // Its pid taken by another process meanwhile: nothing named with it is removed.
+    configureLocks({ self: selfIdentity(), isAlive, pidFree: () => false });
+    try {
+      await expect(withLock(target, () => 'ran', { waitMs: 300, staleMs: 60_000 })).resolves.toBe('ran');
+    } finally {
+      configureLocks({ self: selfIdentity(), isAlive, pidFree: pidIsFree });
+    }
+    expect(fs.existsSync(deadTemp)).toBe(true);
+    // Dead again, and its pid nobody's: its temp beside the locked file goes as its lock is cleared.
+    const again = holder(target, 'die');
+    expect(await again.exited).toBe('SIGKILL');
+    const deadAgain = path.join(sub, `.ledger.json.${again.child.pid!}.4c.tmp`);
+    fs.writeFileSync(deadAgain, '{');
+    expect(pidIsFree({ pid: again.child.pid!, startTime: 'x' })).toBe(true);
+    await expect(withLock(target, () => 'ran', { waitMs: 300, staleMs: 60_000 })).resolves.toBe('ran');
+    expect(fs.existsSync(deadAgain)).toBe(false);
+    expect(fs.existsSync(liveTemp)).toBe(true);
+    expect(fs.existsSync(path.join(sub, 'nested', `.status.json.${dead}.3d.tmp`))).toBe(true);
   }, 30_000);
 
   it("a live holder's lock is never taken: BUSY, and the lock stays", async () => {
