@@ -56,7 +56,8 @@ for (const cli of Object.values(installs)) {
  */
 const NO_NETWORK_PREFIX = networkNamespacePrefix('real-cli');
 
-const runsDir = privateTestDir('subagents-real-cli-runs');
+// This run's own folder: another test run on the machine must not remove it under us, nor we its.
+const runsDir = mkdtempSync(path.join(privateTestDir('subagents-real-cli-runs'), 'run-'));
 afterAll(() => rmSync(runsDir, { recursive: true, force: true }));
 
 /** Output that means the CLI rejected its command line (or a config value the adapter passed). */

@@ -10,6 +10,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import lockfile from 'proper-lockfile';
 
 export type CliName = 'claude' | 'codex' | 'gemini' | 'pi' | 'opencode';
 
@@ -59,6 +60,28 @@ export async function installCli(name: CliName): Promise<InstalledCli> {
  */
 export async function installPackage(dir: string, pkg: string, version: string, bin: string): Promise<Omit<InstalledCli, 'name'>> {
   const prefix = path.join(cliCacheDir(), dir);
+  // One installer of a folder at a time: test runs on one machine share the cache, and an install replaces the
+  // folder whole, under another run that may be reusing it. The lock is refreshed while held (an install takes minutes).
+  let release: () => Promise<void>;
+  try {
+    mkdirSync(cliCacheDir(), { recursive: true });
+    release = await lockfile.lock(prefix, {
+      realpath: false,
+      lockfilePath: `${prefix}.installing`,
+      stale: 30_000,
+      retries: { retries: Math.ceil((2 * INSTALL_TIMEOUT_MS) / 1000), factor: 1, minTimeout: 1000, maxTimeout: 1000 },
+    });
+  } catch (e) {
+    return { version, installed: false, ms: 0, problem: `${pkg}@${version}: the cache folder's install lock: ${(e as Error).message}` };
+  }
+  try {
+    return await installUnlocked(prefix, pkg, version, bin);
+  } finally {
+    await release().catch(() => {});
+  }
+}
+
+async function installUnlocked(prefix: string, pkg: string, version: string, bin: string): Promise<Omit<InstalledCli, 'name'>> {
   const binPath = path.join(prefix, 'node_modules', '.bin', bin);
   const started = Date.now();
   if (installedVersion(prefix, pkg) === version && existsSync(binPath)) {

@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -76,15 +76,17 @@ export function flagValue(argv: string[], flag: string): string | undefined {
  * the OS temp dir is one): a fresh dir in the repository's `node_modules/.cache`.
  */
 export function privateScratchDir(): string {
-  mkdirSync(PRIVATE_BASE, { recursive: true, mode: 0o700 });
-  return mkdtempSync(path.join(PRIVATE_BASE, 'step-'));
+  // This test file's own folder: the adapter test files run at once, and each removes only what it made.
+  privateBase ??= mkdtempSync(path.join(privateTestDir('subagents-adapter-tests'), 'file-'));
+  return mkdtempSync(path.join(privateBase, 'step-'));
 }
 
-const PRIVATE_BASE = privateTestDir('subagents-adapter-tests');
+let privateBase: string | null = null;
 
 /** Removes every scratch dir this test file made (`contextOf`'s and `privateScratchDir`'s). */
 export function removeScratchDirs(): void {
-  rmSync(PRIVATE_BASE, { recursive: true, force: true });
+  if (privateBase !== null) rmSync(privateBase, { recursive: true, force: true });
+  privateBase = null;
   if (scratchBase !== null) rmSync(scratchBase, { recursive: true, force: true });
   scratchBase = null;
 }
