@@ -1,4 +1,4 @@
-import { isAlive, pidIsFree, type ProcessIdentity } from '../process/identity.js';
+import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/terminate.js';
 import { readTail } from '../store/text-tail.js';
 import { requestCancel, readCancelRequest } from '../lifecycle/cancel-request.js';
@@ -78,11 +78,9 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
   // A runner killed mid-write leaves its temp files behind (the rename never came). It is proven gone now, by its
   // identity, so its temps go by its pid, even while that pid is a zombie not yet reaped (signal 0 still finds one),
   // and before the end is written: a refused end write (a full disk) must not leave them for the next pass.
+  // (Killed inside a ledger section, it also left its temp of ledger.json in the home: that goes with its lock, cleared
+  // by whoever takes the ledger next, this pass's end included; store/lock.ts.)
   removeStaleTemps(paths.dir, runner.pid);
-  // Killed inside a ledger section, it left its temp of ledger.json in the home, whose files every process of the
-  // home writes: there its pid's temps go only while that pid is nobody's or still the dead runner's (a zombie), never
-  // once it is reused by a live process, which may be writing the ledger right now.
-  if (pidIsFree(runner)) removeStaleTemps(ctx.layout.home, runner.pid, false);
   // The runner's last words; a runner killed outright (SIGKILL, the OOM killer) leaves none, which is worth saying.
   const tail = readTail(paths.runnerLog, 2048) || '(runner.log is empty: the runner was killed without a word, e.g. by SIGKILL or the OOM killer)';
   // A run someone asked to stop, whose runner is gone (it may have been stopped by the canceller itself, racing with

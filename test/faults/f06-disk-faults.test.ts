@@ -15,6 +15,7 @@
  * and no agent, and returns its reservation; after the fault is lifted the same operation works.
  */
 import fs from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
@@ -92,6 +93,8 @@ describe.skipIf(process.platform === 'win32')('F6 disk faults', () => {
     const env = { SUBAGENTS_HOME: t.home, SUBAGENTS_ROOTS: t.root, SUBAGENTS_KILL_GRACE_MS: '300', PATH: process.env.PATH, HOME: process.env.HOME };
     const settings = m.loadSettings(env, {}, t.root);
     m.openStateHome(settings.home);
+    // As the server does: its locks name it, and a dead holder's lock (and what it left half written) is cleared at once.
+    (await dist('manager/state-home.js')).identifyLockHolder(settings);
     ({ ctx, sessions } = m.buildContext(settings, env, () => null));
     ctx.log = () => {};
   });
@@ -226,14 +229,19 @@ describe.skipIf(process.platform === 'win32')('F6 disk faults', () => {
     'reconcile: status.json refused at %s (%s) after the runner died → file unchanged, next pass ends the run', async (op, code) => {
       const { runId } = await launchSingle('sleeper');
       const statusFile = path.join(t.home, 'runs', runId, 'status.json');
-      const runner = ctx.store.readStatus(runId).runner.pid as number;
+      const { pid: runner, startTime } = ctx.store.readStatus(runId).runner as { pid: number; startTime: string };
       process.kill(runner, 'SIGKILL');
       expect(await until(() => !pidAlive(runner), 5000)).toBe(true);
-      // Killed at any moment, the runner may have been writing a file (its step's prompt, the ledger; here planted so
-      // that every case has them): its temps go with the pass that finds it gone, even when that pass's end write fails.
+      // Killed at any moment, the runner may have been writing a file (here planted so that every case has them): its
+      // step's prompt, whose temp goes with the pass that finds it gone even when that pass's end write fails; or the
+      // ledger, inside its section: the lock it left names it, and whoever takes the ledger next (this pass, returning
+      // the run's capacity) clears that lock and the temp with it.
       const prompts = path.join(t.home, 'runs', runId, 'prompts');
       fs.mkdirSync(prompts, { recursive: true });
       fs.writeFileSync(path.join(prompts, `.0.system.md.${runner}.7fb377e.tmp`), 'half');
+      const ledgerLock = path.join(t.home, 'ledger.json.lock');
+      fs.mkdirSync(ledgerLock);
+      fs.symlinkSync(JSON.stringify({ pid: runner, startTime, host: os.hostname() }), path.join(ledgerLock, 'holder-killed-runner'));
       fs.writeFileSync(path.join(t.home, `.ledger.json.${runner}.3a.tmp`), 'half');
       const before = snapshot(statusFile);
       inject(op, code, named('status.json', runId));
@@ -242,6 +250,7 @@ describe.skipIf(process.platform === 'win32')('F6 disk faults', () => {
       expect(snapshot(statusFile)).toEqual(before);
       expect(seen.state ?? seen.code).toBe('running'); // not ended yet: the write did not happen
       expect(tempFiles(t.home)).toEqual([]);
+      expect(fs.existsSync(ledgerLock)).toBe(false);
       const after = await m.freshStatus(ctx, runId);
       expect(after.state).toBe('failed');
       expect(after.error.code).toBe('RUNNER_LOST');
