@@ -6,7 +6,7 @@ import { listAll, type RunMeta } from './listing.js';
 import { freshStatus } from './run-status.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { deleteBranches, removeEndedRunsWorktrees, runBranches } from './isolation.js';
-import { servesRun } from '../process/identity.js';
+import { servesRun, someProcessServes } from '../process/identity.js';
 
 /** What retention decided for one run tree (a top-level run and the runs nested under it go together). */
 export interface GcCandidate {
@@ -59,7 +59,7 @@ function endOf(ctx: ManagerContext, runId: string, s: RunStatus | null): number 
 }
 
 /**
- * Retention (docs/contract.md, "Command line" `gc`): removes run trees whose every run is terminal (or unreadable) and ended before
+ * Retention (docs/contract.md, "Command line" `gc`): removes run trees whose every run is terminal (or unreadable, and served by no process) and ended before
  * `now - olderThanMs`, with all their files. Listing reconciles first, so a run whose runner died becomes terminal
  * now and is kept for the whole retention period. An active run is never removed: each tree is checked again under
  * its root's run lock, then renamed out of `runs/` at once (the id stops resolving) and deleted.
@@ -90,7 +90,7 @@ export async function collectGarbage(ctx: ManagerContext, o: { olderThanMs: numb
     for (const m of members) {
       let s: RunStatus | null = null;
       try { s = await freshStatus(ctx, m.runId); } catch { s = null; }
-      if (s && !isTerminalRun(s.state)) { active = true; break; }
+      if (s ? !isTerminalRun(s.state) : unreadableButServed(ctx, m.runId)) { active = true; break; }
       latest = Math.max(latest, endOf(ctx, m.runId, s));
     }
     if (active) { report.keptActive++; continue; }
@@ -118,7 +118,9 @@ async function removeTree(ctx: ManagerContext, root: string, runIds: string[]): 
       try {
         const s = ctx.store.readStatus(id);
         if (s && !isTerminalRun(s.state)) return false;
-      } catch { /* unreadable: removable */ }
+      } catch {
+        if (unreadableButServed(ctx, id)) return false;
+      }
     }
     for (const id of runIds) {
       const dir = ctx.store.paths(id).dir;
@@ -140,6 +142,15 @@ function removeLeftoverTrash(ctx: ManagerContext): void {
   let names: string[] = [];
   try { names = fs.readdirSync(ctx.layout.runsDir); } catch { return; }
   for (const n of names) if (n.startsWith('.gc-')) fs.rmSync(path.join(ctx.layout.runsDir, n), { recursive: true, force: true });
+}
+
+/**
+ * A run whose status cannot be read (torn by hand, or a disk that filled) may still be running: its runner rewrites the
+ * status at its next change. Such a run is removable only when no process serves it (no runner's command line names
+ * its directory); where processes cannot be listed it is kept.
+ */
+function unreadableButServed(ctx: ManagerContext, runId: string): boolean {
+  return someProcessServes(ctx.store.paths(runId).dir) !== false;
 }
 
 function safeRecord(ctx: ManagerContext, runId: string): unknown {

@@ -184,6 +184,21 @@ export function servesRun(runner: ProcessIdentity, runDir: string): boolean {
 }
 
 /**
+ * Whether any process serves the run in `runDir` (its command line names the directory: a runner started for it, or a
+ * warm runner that took it), for when the run's status, which names its runner, cannot be read. Null where processes'
+ * command lines cannot be listed (no /proc).
+ */
+export function someProcessServes(runDir: string): boolean | null {
+  if (!HAS_PROC) return null;
+  for (const name of fs.readdirSync('/proc')) {
+    const c = name.charCodeAt(0);
+    if (c < 0x30 || c > 0x39) continue;
+    if (commandLineOf(Number(name)).includes(runDir)) return true;
+  }
+  return false;
+}
+
+/**
  * The process a runner works for when it is not the state home's servers: a distributed worker
  * (SUBAGENTS_SUPERVISOR=pid:startTime, docs/scale-out.md, "Failures"). When it dies nothing would report the run, so a
  * runner stops its agents as for a cancel and ends; an idle warm runner of its pool retires.
