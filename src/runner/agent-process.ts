@@ -56,6 +56,8 @@ export interface AgentRunResult {
 }
 
 const STDERR_CAP_BYTES = 1024 * 1024;
+/** Of stderr past its cap, the last bytes kept: where a failing CLI says why (a step's stderrTail and error detail). */
+const STDERR_END_BYTES = 64 * 1024;
 
 /**
  * Starts one agent process and supervises it to its end: argv without a shell, the task on stdin (or in a 0600
@@ -94,7 +96,7 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
   const parser = adapter.createParser?.() ?? null;
   const outFile = parser ? paths.rawOutput(stepKey) : paths.output(stepKey);
   const out = new OutputCapture(outFile, record.maxOutputBytes);
-  const err = new OutputCapture(paths.stderr(stepKey), STDERR_CAP_BYTES);
+  const err = new OutputCapture(paths.stderr(stepKey), STDERR_CAP_BYTES, STDERR_END_BYTES);
   const lines = parser ? new LineSplitter((l) => parser.onLine(l)) : null;
   const onStdout = (c: Buffer) => { out.write(c); lines?.write(c); };
   const stdinMode = inv.taskVia === 'stdin' ? 'pipe' : 'ignore';

@@ -22,7 +22,15 @@ export class OutputCapture {
   stored = 0;
   /** The errno of the first write the disk refused, or null. */
   writeError: string | null = null;
-  constructor(file: string, private readonly capBytes: number) {
+  /** The last bytes past the cap (at most `tailBytes`, and a chunk), kept when asked for. */
+  private tail: Buffer[] = [];
+  private tailLength = 0;
+  /**
+   * `tailBytes`: also keep the stream's last bytes past the cap, appended at `close` after a marker that counts what
+   * was left out. For stderr, whose end says why an agent failed: a CLI that logged more than the cap before it died
+   * would otherwise be reported by its first lines.
+   */
+  constructor(file: string, private readonly capBytes: number, private readonly tailBytes = 0) {
     assertNoLinkBelowHome(file);
     this.fd = fs.openSync(file, O_CREAT | O_WRONLY | O_TRUNC | O_APPEND | O_NOFOLLOW | O_NONBLOCK, 0o600);
   }
@@ -31,8 +39,13 @@ export class OutputCapture {
   }
   write(chunk: Buffer): void {
     this.bytes += chunk.length;
-    if (this.stored >= this.capBytes || this.fd < 0 || this.writeError !== null) return;
-    const part = chunk.length <= this.capBytes - this.stored ? chunk : chunk.subarray(0, this.capBytes - this.stored);
+    if (this.stored >= this.capBytes || this.fd < 0 || this.writeError !== null) {
+      if (this.tailBytes > 0 && this.fd >= 0 && this.writeError === null) this.keepTail(chunk);
+      return;
+    }
+    const room = this.capBytes - this.stored;
+    if (chunk.length > room && this.tailBytes > 0) this.keepTail(chunk.subarray(room));
+    const part = chunk.length <= room ? chunk : chunk.subarray(0, room);
     let off = 0;
     try {
       while (off < part.length) off += fs.writeSync(this.fd, part, off);
@@ -49,7 +62,26 @@ export class OutputCapture {
     const keep = Math.max(0, this.stored - DISK_FULL_RELEASE_BYTES);
     try { fs.ftruncateSync(this.fd, keep); this.stored = keep; } catch { /* the count of what was stored stands */ }
   }
+  private keepTail(part: Buffer): void {
+    this.tail.push(Buffer.from(part)); // a copy: a stream may reuse its read buffer
+    this.tailLength += part.length;
+    while (this.tail.length > 1 && this.tailLength - this.tail[0]!.length >= this.tailBytes) this.tailLength -= this.tail.shift()!.length;
+  }
+  /** Appends the kept tail (after a marker when bytes between the head and it were left out). */
+  private writeTail(): void {
+    if (this.tailLength === 0 || this.fd < 0 || this.writeError !== null) return;
+    let tail = Buffer.concat(this.tail);
+    if (tail.length > this.tailBytes) tail = tail.subarray(tail.length - this.tailBytes);
+    const omitted = this.bytes - this.stored - tail.length;
+    const marker = omitted > 0 ? Buffer.from(`\n…[${omitted} bytes omitted]…\n`) : Buffer.alloc(0);
+    try {
+      for (const b of [marker, tail]) for (let off = 0; off < b.length;) off += fs.writeSync(this.fd, b, off);
+    } catch { /* the head stays; the count stands */ }
+    this.tail = [];
+    this.tailLength = 0;
+  }
   close(): void {
+    this.writeTail();
     try { if (this.fd >= 0) fs.closeSync(this.fd); } catch { /* a deferred write error: already counted */ }
     this.fd = -1;
   }

@@ -41,6 +41,8 @@ describe('step errors take the reason from stderr when the CLI gave none on stdo
     writeAgent(agents, 'pi-agent', { backend: 'pi' });
     writeAgent(agents, 'long', { backend: 'command', command: ['node', CLI, '3', 'first line', `Error: ${'x'.repeat(1000)}`] });
     writeAgent(agents, 'silent', { backend: 'command', command: ['node', CLI, '3'] });
+    // More stderr than the runner stores (1 MiB), then the reason: the end is what is kept for the tail.
+    writeAgent(agents, 'chatty', { backend: 'command', command: ['sh', '-c', 'head -c 2200000 /dev/zero | tr "\\0" e >&2; echo >&2; echo "the real reason: disk quota" >&2; exit 1'] });
     s = await startServer({
       SUBAGENTS_HOME: home, SUBAGENTS_ROOTS: root,
       SUBAGENTS_BIN_GEMINI: fakeCli('gemini', 41, ['Loaded cached credentials.', GEMINI_REASON]),
@@ -83,5 +85,11 @@ describe('step errors take the reason from stderr when the CLI gave none on stdo
     const silent = await failedStep('silent');
     expect(silent.error.message).toBe('agent silent exited with code 3');
     expect(silent.error.detail).toBeUndefined();
+  });
+
+  it('a CLI that logged more than the stored stderr before it failed: the tail and the reason are its last lines', async () => {
+    const step = await failedStep('chatty');
+    expect(step.error.detail).toBe('stderr: the real reason: disk quota');
+    expect(step.stderrTail).toMatch(/e\nthe real reason: disk quota\n$/);
   });
 });
