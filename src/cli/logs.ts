@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import type { ManagerContext } from '../manager/context.js';
+import { requireRecord } from '../manager/listing.js';
 import { openRunFile } from '../manager/run-files.js';
 import { freshStatus } from '../manager/run-status.js';
 import { isTerminalRun, isTerminalStep, type RunStatus, type StepStatus } from '../store/run-types.js';
@@ -34,7 +35,7 @@ async function write(chunk: Buffer | string): Promise<void> {
  */
 export async function logsCommand(ctx: ManagerContext, runId: string, o: LogsOptions): Promise<number> {
   const paths = ctx.store.paths(runId);
-  const record = ctx.store.readRecord(runId)!;
+  const record = requireRecord(ctx, runId);
   const headers = record.mode !== 'single';
   const progress = new Progress(process.stderr);
   // stdout and stderr on one terminal: the status line must be cleared before output and not drawn mid-line.

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import { freshStatus } from '../manager/run-status.js';
 import type { ManagerContext } from '../manager/context.js';
+import { requireRecord } from '../manager/listing.js';
 import { renderRun } from '../manager/status-view.js';
 import { readRunEvents, withLiveness, type RunEvent } from '../manager/run-files.js';
 import type { ProcessIdentity } from '../process/identity.js';
@@ -86,7 +87,7 @@ function fileInfo(p: string): FileInfo {
 /** Everything recorded about one run, for a person: its steps, children, evidence (pids, exit codes, bytes) and file paths. */
 export async function runDetail(ctx: ManagerContext, runId: string): Promise<RunDetail> {
   const status = await freshStatus(ctx, runId);
-  const record = ctx.store.readRecord(runId)!;
+  const record = requireRecord(ctx, runId);
   const paths = ctx.store.paths(runId);
   const view = renderRun(ctx, record, status, 256);
   const appends = ctx.store.readAppends(runId);

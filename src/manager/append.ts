@@ -3,7 +3,7 @@ import { isTerminalRun } from '../store/run-types.js';
 import { catalogFor } from './agent-resolver.js';
 import type { ManagerContext } from './context.js';
 import { buildSteps, claimPaths, type ChainEntryInput } from './launch.js';
-import { requireVisible } from './listing.js';
+import { requireRecord, requireVisible } from './listing.js';
 import { countPendingAppends } from './status-view.js';
 import { freshStatus } from './run-status.js';
 import { loadFullCatalog } from './agent-resolver.js';
@@ -37,7 +37,7 @@ export interface SharedFanout {
 export async function appendStep(ctx: ManagerContext, runId: string, entry: ChainEntryInput, shared?: SharedFanout): Promise<AppendResult> {
   if (ctx.distributed) return ctx.distributed.append(ctx, runId, entry);
   const meta = requireVisible(ctx, runId);
-  const record = ctx.store.readRecord(runId)!;
+  const record = requireRecord(ctx, runId);
   if (record.mode !== 'chain') {
     throw new SubagentError('NOT_A_CHAIN', `run ${runId} is a ${record.mode} run; only chains take appended steps. Launch a new run instead.`);
   }

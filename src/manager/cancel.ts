@@ -5,7 +5,7 @@ import { endRun } from '../lifecycle/run-lifecycle.js';
 import { isTerminalRun } from '../store/run-types.js';
 import { DirWatch } from '../wait.js';
 import type { ManagerContext } from './context.js';
-import { requireVisible } from './listing.js';
+import { requireRecord, requireVisible } from './listing.js';
 import { reconcileRun } from './reconcile.js';
 import { removeStaleWorktrees } from './isolation.js';
 import { freshStatus } from './run-status.js';
@@ -41,7 +41,7 @@ export async function cancelRun(ctx: ManagerContext, runId: string, onProgress?:
     // PARENT_ENDED: a worker stopping a nested run whose launching agent ended on another machine (docs/scale-out.md).
     requestCancel(ctx.store, runId, reason, ctx.sessionId);
     requestTreeCancel(ctx.store, runId, reason);
-    const record = ctx.store.readRecord(runId)!;
+    const record = requireRecord(ctx, runId);
     const deadline = performance.now() + record.killGraceMs + 1500;
     const start = performance.now();
     let lastTick = start;

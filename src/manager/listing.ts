@@ -83,6 +83,19 @@ export function requireVisible(ctx: ManagerContext, runId: string): RunMeta {
   return meta;
 }
 
+/**
+ * The record of a run found visible: a run.json gone while the run is still listed (a hand deletion) is damage to
+ * that run, STATE_CORRUPT, like a torn one.
+ */
+export function requireRecord(ctx: ManagerContext, runId: string): RunRecord {
+  return ctx.store.readRecord(runId) ?? missingRecord(runId);
+}
+
+/** STATE_CORRUPT for a listed run without its run.json. */
+export function missingRecord(runId: string): never {
+  throw new SubagentError('STATE_CORRUPT', `run.json of ${runId} is missing; the run's files are damaged. Other runs are unaffected; inspect or remove the run's directory.`);
+}
+
 export function notFound(runId: string): SubagentError {
   const shown = isRunId(runId) ? runId : JSON.stringify(runId.slice(0, 40));
   return new SubagentError('RUN_NOT_FOUND', `no run ${shown} in this session; list your runs with status {} (after a client restart, use restore with the earlier sessionId).`);

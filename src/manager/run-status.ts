@@ -19,7 +19,7 @@ async function serveQueueQuickly(ctx: ManagerContext): Promise<void> {
   await Promise.race([serveQueue(ctx), new Promise((r) => setTimeout(r, 0))]);
 }
 import type { ManagerContext } from './context.js';
-import { listVisibleRuns, requireVisible, type RunMeta } from './listing.js';
+import { listVisibleRuns, missingRecord, requireVisible, type RunMeta } from './listing.js';
 import { reconcileRun, reconcileSettled } from './reconcile.js';
 import { countPendingAppends, renderRun, summarize, type RunSummary, type RunView } from './status-view.js';
 
@@ -167,7 +167,7 @@ export async function getStatus(ctx: ManagerContext, q: StatusQuery, o: { signal
       if (!isTerminalRun(status.state)) status = await freshStatus(ctx, runId, { peek: true });
     }
     if (isTerminalRun(status.state)) await reconcileSettled(runId);
-    const record = peekRecord(ctx, runId)!;
+    const record = peekRecord(ctx, runId) ?? missingRecord(runId);
     return { kind: 'run', ...renderRun(ctx, record, status, q.outputBytes), ...(info ?? {}) };
   }
   const dismissed = new Set<string>();

@@ -13,7 +13,7 @@ import { startWarmPool } from '../manager/warm-pool.js';
 import { distributedRuns } from '../manager/distributed/index.js';
 import { DASHBOARD_URI, readAppResource } from './app-resource.js';
 import { completeArgument, listResources, readResource, requireResource, RESOURCE_TEMPLATES } from './resources.js';
-import { refusal } from './results.js';
+import { protocolError, refusal } from './results.js';
 import { RunWatcher } from './run-watcher.js';
 import { FeedNotifier } from './feed-notifier.js';
 import * as tasks from './tasks.js';
@@ -109,6 +109,10 @@ export function startCore(o: CoreOptions): Core {
   const stopSweeper = new Sweeper(ctx).start();
   // Distributed mode starts no local runner: its workers do (docs/scale-out.md).
   const stopWarmPool = ctx.distributed ? () => {} : startWarmPool(ctx);
+  /** A request other than a tool call: its failure a JSON-RPC error that starts with its code (./results.ts). */
+  const coded = async <T>(fn: () => T | Promise<T>): Promise<T> => {
+    try { return await fn(); } catch (e) { throw protocolError(e, ctx.log); }
+  };
   return {
     callTool: async (name, args, extra) => {
       if (notifier) await notifier.ready;
@@ -121,14 +125,14 @@ export function startCore(o: CoreOptions): Core {
       return result;
     },
     listResources: (cursor) => listResources(ctx, cursor),
-    readResource: async (uri) => (uri === DASHBOARD_URI ? readAppResource() : readResource(ctx, uri)),
+    readResource: (uri) => coded(() => (uri === DASHBOARD_URI ? readAppResource() : readResource(ctx, uri))),
     // Subscribing to a run this session cannot see answers the same not-found error as reading it.
-    subscribe: async (uri) => {
+    subscribe: (uri) => coded(async () => {
       if (ctx.distributed) return subscribeDistributed(ctx, o.server, uri);
       requireResource(ctx, uri); watcher.subscribe(uri);
-    },
+    }),
     unsubscribe: (uri) => { distributedSubscriptions.get(uri)?.(); distributedSubscriptions.delete(uri); watcher.unsubscribe(uri); },
-    complete: (name, value, context) => completeArgument(ctx, name, value, context),
+    complete: (name, value, context) => coded(() => completeArgument(ctx, name, value, context)),
     resourceTemplates: RESOURCE_TEMPLATES,
     createTask: async (name, args, extra) => {
       if (notifier) await notifier.ready;

@@ -2,7 +2,7 @@ import { isAscii } from 'node:buffer';
 import { McpError, ErrorCode, type ReadResourceResult, type Resource } from '@modelcontextprotocol/sdk/types.js';
 import type { ManagerContext } from '../manager/context.js';
 import { SubagentError } from '../errors.js';
-import { listVisible, listVisibleRuns, readMeta, requireVisible } from '../manager/listing.js';
+import { listVisible, listVisibleRuns, readMeta, requireRecord, requireVisible } from '../manager/listing.js';
 import { readFileBytes } from '../manager/run-files.js';
 import { freshStatus } from '../manager/run-status.js';
 import { MAX_OUTPUT_BYTES, renderRun } from '../manager/status-view.js';
@@ -169,7 +169,7 @@ export async function readResource(ctx: ManagerContext, uri: string): Promise<Re
   const length = Math.max(1, Math.min(MAX_READ_BYTES, intParam(p.query, 'length', MAX_READ_BYTES)));
   const paths = ctx.store.paths(runId);
   if (p.part === 'status') {
-    const record = ctx.store.readRecord(runId)!;
+    const record = requireRecord(ctx, runId);
     const status = await freshStatus(ctx, runId);
     return { contents: [{ uri, mimeType: 'application/json', text: JSON.stringify(renderRun(ctx, record, status, MAX_OUTPUT_BYTES)) }] };
   }

@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import type { CallToolResult } from '@modelcontextprotocol/sdk/types.js';
+import { ErrorCode, McpError, type CallToolResult } from '@modelcontextprotocol/sdk/types.js';
 import type * as z from 'zod';
 import { SubagentError } from '../errors.js';
 import { peopleCommand } from '../invocation.js';
@@ -14,17 +14,26 @@ export function success(value: Record<string, unknown>, text?: string): CallTool
  * Anything that is not a SubagentError is INTERNAL with a reference; its details go to stderr, never to the model.
  */
 export function refusal(e: unknown, log: (line: string) => void): CallToolResult {
-  let err: SubagentError;
-  if (e instanceof SubagentError) {
-    err = e;
-  } else {
-    const ref = randomBytes(4).toString('hex');
-    // Only the error's class and code: an error message may quote a command line or a path with user text in it.
-    const kind = e instanceof Error ? `${e.name}${(e as NodeJS.ErrnoException).code ? ` ${(e as NodeJS.ErrnoException).code}` : ''}` : typeof e;
-    log(`internal error ref=${ref}: ${kind}`);
-    err = new SubagentError('INTERNAL', `an internal error occurred (ref ${ref}); the server keeps serving. Retry, and if it repeats run \`${peopleCommand('doctor')}\`.`);
-  }
-  return { isError: true, content: [{ type: 'text', text: err.text }] };
+  return { isError: true, content: [{ type: 'text', text: coded(e, log).text }] };
+}
+
+/**
+ * The same for the protocol's other requests (resources/read, subscribe, completion): a JSON-RPC error whose message
+ * starts with the code. The protocol's own errors (a resource not found, a bad cursor) pass as they are.
+ */
+export function protocolError(e: unknown, log: (line: string) => void): McpError {
+  if (e instanceof McpError) return e;
+  const err = coded(e, log);
+  return new McpError(err.code === 'INTERNAL' ? ErrorCode.InternalError : ErrorCode.InvalidParams, err.text);
+}
+
+function coded(e: unknown, log: (line: string) => void): SubagentError {
+  if (e instanceof SubagentError) return e;
+  const ref = randomBytes(4).toString('hex');
+  // Only the error's class and code: an error message may quote a command line or a path with user text in it.
+  const kind = e instanceof Error ? `${e.name}${(e as NodeJS.ErrnoException).code ? ` ${(e as NodeJS.ErrnoException).code}` : ''}` : typeof e;
+  log(`internal error ref=${ref}: ${kind}`);
+  return new SubagentError('INTERNAL', `an internal error occurred (ref ${ref}); the server keeps serving. Retry, and if it repeats run \`${peopleCommand('doctor')}\`.`);
 }
 
 /** Validates tool arguments; a failure names the fields and rules, never the values. */

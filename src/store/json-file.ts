@@ -10,6 +10,11 @@ export function readTextNoFollow(file: string, label = file, maxBytes = MAX_STAT
 export function readJsonFile<T>(file: string, label = file): T | null {
   const text = readTextNoFollow(file, label);
   if (text === null) return null;
+  return parseStateJson<T>(text, label);
+}
+
+/** Parses a state file's text; garbled text is STATE_CORRUPT naming the file (never its contents). */
+export function parseStateJson<T>(text: string, label: string): T {
   try {
     return JSON.parse(text) as T;
   } catch {

@@ -2,7 +2,7 @@ import type { Adapter } from 'lowdb';
 import * as z from 'zod/mini';
 import { SubagentError } from '../errors.js';
 import { writeFileAtomicAsync, type AtomicWriteOptions } from './atomic-write.js';
-import { readJsonFile } from './json-file.js';
+import { parseStateJson, readTextNoFollow } from './json-file.js';
 
 /**
  * The schema of each JSON state file of the state home, and the one function that reads them. A file that does not
@@ -123,8 +123,10 @@ export const SessionRecordFile = z.looseObject({
  * STATE_CORRUPT (`label` names it, e.g. `status.json of r-…`). The value keeps fields the schema does not list.
  */
 export function readStateFile<T>(file: string, kind: z.ZodMiniType, label = file): T | null {
-  const value = readJsonFile<unknown>(file, label);
-  if (value === null) return null;
+  const text = readTextNoFollow(file, label);
+  if (text === null) return null;
+  // A file that holds `null` is there and damaged, not missing: the schema refuses it below.
+  const value = parseStateJson<unknown>(text, label);
   const r = kind.safeParse(value);
   if (r.success) return value as T;
   const where = r.error.issues[0]?.path.join('.') || 'the top level';

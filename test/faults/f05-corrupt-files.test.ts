@@ -106,6 +106,25 @@ describe('F5 torn and corrupt state files', () => {
     expect(s.stderr()).not.toMatch(/internal error/);
   });
 
+  it('a run.json that holds null or is gone is STATE_CORRUPT for that run, over tools and resources alike', async () => {
+    const ids: string[] = [];
+    for (let i = 0; i < 3; i++) ids.push(sc(await s.call('launch', { agent: 'echo', task: `task ${i}` })).runId);
+    for (const id of ids) expect((await waitTerminal(s, id)).state).toBe('completed');
+    const [nullRecord, goneRecord, fine] = ids as [string, string, string];
+    fs.writeFileSync(runFile(nullRecord, 'run.json'), 'null');
+    fs.rmSync(runFile(goneRecord, 'run.json'));
+    for (const id of [nullRecord, goneRecord]) {
+      const r = await s.call('status', { runId: id });
+      expect(r.isError).toBe(true);
+      expect(textOf(r)).toMatch(new RegExp(`^STATE_CORRUPT: run\\.json of ${id} `));
+      // A resource read fails with the same coded text, never a JavaScript error's.
+      const read = s.client.readResource({ uri: `subagents://runs/${id}` });
+      await expect(read).rejects.toThrow(new RegExp(`STATE_CORRUPT: run\\.json of ${id} `));
+    }
+    expect(sc(await s.call('status', { runId: fine })).state).toBe('completed');
+    expect(s.stderr()).not.toMatch(/internal error/);
+  });
+
   it('a status torn while its run is live is rewritten by the runner (its single writer), and the run ends normally', async () => {
     writeAgent(path.join(t.home, 'agents'), 'pause', { backend: 'command', command: ['node', FAKE, 'sleep', '2000'] });
     const r = await s.call('launch', { agent: 'pause', task: 'x' });
