@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import { redactSecrets } from '../agents/adapters/shared.js';
 import { readTail } from '../store/text-tail.js';
+import { incompleteTail, strayHead } from '../utf8-cut.js';
 import type { RunPaths } from '../store/layout.js';
 import { openStateFile } from '../store/state-file.js';
 import { isTerminalRun, type AppendRecord, type RunRecord, type RunStatus, type StepSpec, type StepStatus } from '../store/run-types.js';
@@ -82,7 +83,7 @@ export interface RunSummary {
  * Reads `bytes` of a text file as head + tail around an omission marker, with the real size; the model sees a
  * bounded, delimited slice and the rest stays behind the output resource.
  */
-export function boundedText(file: string, budget: number): TextView {
+export function boundedText(file: string, budget: number, printed = 0): TextView {
   // A FIFO, directory or link in the output's place reads as no output (never a blocked event loop).
   let opened: { fd: number; size: number } | null = null;
   try { opened = openStateFile(file, file); } catch { /* not a regular file */ }
@@ -99,11 +100,24 @@ export function boundedText(file: string, budget: number): TextView {
     fs.readSync(fd, head, 0, half, 0);
     const tail = Buffer.alloc(half);
     fs.readSync(fd, tail, 0, half, size - half);
-    const text = `${head.toString('utf8')}\n…[${size - 2 * half} of ${size} bytes omitted; read the output resource for all of it]…\n${tail.toString('utf8')}`;
-    return { text, bytes: size, truncated: true };
+    return headAndTail(head, tail, size, printed);
   } finally {
     fs.closeSync(fd);
   }
+}
+
+/**
+ * The view of a text too long to show whole: its head and tail (cut back to whole characters) around a marker that
+ * counts the bytes left out. `printed`: what the agent wrote, when more than the `size` stored (the output cap).
+ */
+export function headAndTail(head: Buffer, tail: Buffer, size: number, printed = size): TextView {
+  const h = head.subarray(0, head.length - incompleteTail(head));
+  const t = tail.subarray(strayHead(tail));
+  const omitted = size - h.length - t.length;
+  const marker = printed > size
+    ? `…[${omitted} of ${size} stored bytes omitted; the agent printed ${printed}, and past the output cap nothing was kept; read the output resource for the stored bytes]…`
+    : `…[${omitted} of ${size} bytes omitted; read the output resource for all of it]…`;
+  return { text: `${h.toString('utf8')}\n${marker}\n${t.toString('utf8')}`, bytes: Math.max(size, printed), truncated: true };
 }
 
 /** Appended steps the runner has not taken yet, shown as pending (or skipped once the run has ended). */
@@ -160,7 +174,7 @@ export function renderRun(ctx: ManagerContext, record: RunRecord, status: RunSta
   if (record.mode === 'parallel' && steps[0]?.members) steps = steps[0].members;
   const stepViews = steps.map(view);
   const runOut = isTerminalRun(status.state)
-    ? boundedText(paths.runOutput, runBudget)
+    ? runText(paths, status, runBudget)
     : { text: '', bytes: 0, truncated: false };
   const meta = readMeta(ctx, record.runId)!;
   const created = Date.parse(record.createdAt);
@@ -203,8 +217,21 @@ export function changesView(c: NonNullable<StepStatus['changes']>): NonNullable<
 }
 
 function stepText(paths: RunPaths, s: StepStatus, budget: number): TextView {
-  const t = boundedText(paths.output(s.key), budget);
-  // The file holds at most the capture cap; the step's own count is the real number of bytes the agent wrote.
+  return cappedText(paths.output(s.key), s, budget);
+}
+
+/**
+ * The run's output: the text of the last step that ran (a parallel group's: its members' joined, counted as joined).
+ * A single step's counts are the step's own, so the run and its step agree past the output cap.
+ */
+function runText(paths: RunPaths, status: RunStatus, budget: number): TextView {
+  const last = [...status.steps].reverse().find((s) => s.startedAt !== null);
+  return last && !last.members ? cappedText(paths.runOutput, last, budget) : boundedText(paths.runOutput, budget);
+}
+
+/** A step's stored text: the file holds at most the capture cap; the step's own count is what the agent wrote. */
+function cappedText(file: string, s: StepStatus, budget: number): TextView {
+  const t = boundedText(file, budget, s.outputBytes);
   const bytes = Math.max(t.bytes, s.outputBytes);
   return { ...t, bytes, truncated: t.truncated || s.outputTruncated || bytes > t.bytes };
 }

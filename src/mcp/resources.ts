@@ -2,6 +2,7 @@ import { isAscii } from 'node:buffer';
 import { McpError, ErrorCode, type ReadResourceResult, type Resource } from '@modelcontextprotocol/sdk/types.js';
 import type { ManagerContext } from '../manager/context.js';
 import { SubagentError } from '../errors.js';
+import { charLength, incompleteTail, isContinuation } from '../utf8-cut.js';
 import { listVisible, listVisibleRuns, readMeta, requireRecord, requireVisible } from '../manager/listing.js';
 import { readFileBytes } from '../manager/run-files.js';
 import { freshStatus } from '../manager/run-status.js';
@@ -75,19 +76,6 @@ function pageOfRuns(all: Array<Cursor & { mode: string; agents: string[]; label?
   };
 }
 
-const isContinuation = (b: number): boolean => (b & 0xc0) === 0x80;
-
-/** How many bytes at the end of `buf` start a UTF-8 character that continues past it (0 when it ends whole). */
-function incompleteTail(buf: Buffer): number {
-  for (let back = 1; back <= Math.min(3, buf.length); back++) {
-    const b = buf[buf.length - back]!;
-    if (isContinuation(b)) continue;
-    const need = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1;
-    return need > back ? back : 0;
-  }
-  return 0;
-}
-
 /**
  * A page of a text file that starts and ends on character boundaries (JSON-lines files: on line boundaries), so
  * pages never carry a broken character and their concatenation is the file. `next` is the offset to continue at.
@@ -110,8 +98,7 @@ function readPage(reader: (offset: number, length: number) => { buf: Buffer; siz
     if (cut === buf.length) cut -= incompleteTail(buf);
     // A page narrower than one character still carries that whole character, so paging always advances.
     if (cut === 0 && whole.length > 0) {
-      const b = whole[0]!;
-      cut = Math.min(whole.length, b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1);
+      cut = Math.min(whole.length, charLength(whole[0]!));
       buf = whole;
     }
     buf = buf.subarray(0, cut);

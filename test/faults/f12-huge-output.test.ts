@@ -58,6 +58,9 @@ describe.skipIf(process.platform !== 'linux')('F12 huge output', () => {
     const step = fin.steps[0];
     expect(step.output.bytes).toBe(FLOOD_MB * MB); // the real count, past the cap
     expect(step.output.truncated).toBe(true);
+    // The run's output is that step's: the same real count, and a marker that says what was not kept.
+    expect(fin.output.bytes).toBe(FLOOD_MB * MB);
+    expect(fin.output.text).toContain(`stored bytes omitted; the agent printed ${FLOOD_MB * MB}, and past the output cap nothing was kept`);
     const stored = fs.statSync(path.join(t.home, 'runs', runId, 'out', '0.txt')).size;
     expect(stored).toBe(CAP);
 

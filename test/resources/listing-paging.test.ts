@@ -139,6 +139,21 @@ describe('resources: list pagination, completion, paged reads', () => {
     expect(text(inside)).toBe('€😀'.slice(0, 1));
   });
 
+  it('status\'s inline head and tail of a long output never split a multi-byte character', async () => {
+    for (const outputBytes of [256, 300, 333, 401]) {
+      const v = sc(await s.call('status', { runId: multi, outputBytes }));
+      for (const view of [v.output, v.steps[0].output] as Array<{ text: string; bytes: number; truncated: boolean }>) {
+        expect(view.truncated).toBe(true);
+        expect(view.bytes).toBe(Buffer.byteLength(MULTI));
+        const [head, tail] = view.text.split(/\n…\[\d+ of \d+ bytes omitted; read the output resource for all of it\]…\n/);
+        expect(MULTI.startsWith(head!)).toBe(true);
+        expect(MULTI.endsWith(tail!)).toBe(true);
+        const omitted = Number(/…\[(\d+) of/.exec(view.text)![1]);
+        expect(Buffer.byteLength(head!) + omitted + Buffer.byteLength(tail!)).toBe(Buffer.byteLength(MULTI));
+      }
+    }
+  });
+
   it('events are JSON lines, paged on line boundaries', async () => {
     const uri = `subagents://runs/${first}/events`;
     const whole = text(await s.client.readResource({ uri }));

@@ -5,7 +5,7 @@
 import type { RedisRuns, StoredRun } from '../../store/redis/run-store.js';
 import { isTerminalRun, isTerminalStep, type RunStatus, type StepError, type StepStatus } from '../../store/run-types.js';
 import type { ManagerContext } from '../context.js';
-import { changesView, DEFAULT_OUTPUT_BYTES, type RunView, type StepView, type TextView } from '../status-view.js';
+import { changesView, DEFAULT_OUTPUT_BYTES, headAndTail, type RunView, type StepView, type TextView } from '../status-view.js';
 
 /** A status ended from outside its worker: steps that were running fail, steps never started are skipped. */
 export function endedStatus(s: RunStatus, state: 'failed' | 'cancelled', error: StepError): RunStatus {
@@ -40,7 +40,7 @@ async function boundedStored(runs: RedisRuns, runId: string, key: string, budget
   const half = Math.max(0, Math.floor(budget / 2));
   const head = await runs.outputRange(runId, key, 0, half - 1);
   const tail = await runs.outputRange(runId, key, size - half, size - 1);
-  return { text: `${head.toString('utf8')}\n…[${size - 2 * half} of ${size} bytes omitted; read the output resource for all of it]…\n${tail.toString('utf8')}`, bytes: size, truncated: true };
+  return headAndTail(head, tail, size);
 }
 
 export async function renderDistributedRun(runs: RedisRuns, ctx: ManagerContext, run: StoredRun, outputBytes = DEFAULT_OUTPUT_BYTES): Promise<RunView> {
