@@ -133,8 +133,15 @@ export async function runAgentProcess(input: AgentRunInput): Promise<AgentRunRes
   let stopping: Promise<unknown> | null = null;
   const stop = (why: 'TIMEOUT' | 'CANCELLED') => {
     if (stopping) return;
-    stoppedFor = why;
+    // An agent that has already exited by itself (its exit not yet seen here: a zombie, or reaped) was not stopped:
+    // its step ends as its exit says. What it left running is stopped all the same.
+    if (!exitedAlready()) stoppedFor = why;
     stopping = terminateProcesses(findTree, record.killGraceMs);
+  };
+  const exitedAlready = (): boolean => {
+    if (child.exitCode !== null || child.signalCode !== null) return true;
+    const info = readProcessInfo(child.pid!);
+    return info === null || info.state === 'Z';
   };
   const timer = setTimeout(() => stop('TIMEOUT'), input.timeoutMs);
   const onAbort = () => stop('CANCELLED');
