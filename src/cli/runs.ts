@@ -1,5 +1,5 @@
 import { queueSnapshot } from '../manager/capacity.js';
-import { listAll, type RunMeta } from '../manager/listing.js';
+import { damagedRecords, listAll, type RunMeta } from '../manager/listing.js';
 import { freshStatus } from '../manager/run-status.js';
 import type { ManagerContext } from '../manager/context.js';
 import { listedError, UNREADABLE_STATE } from '../manager/status-view.js';
@@ -76,6 +76,19 @@ export async function runsCommand(ctx: ManagerContext, o: RunsOptions, out: (s: 
     const row = await rowOf(ctx, m);
     if (stateMatches(row.state)) rows.push(row);
   }
+  // Runs whose record is damaged have no session, shape or age to filter on: shown unless a session is asked for.
+  if (!o.session) {
+    for (const d of damagedRecords(ctx)) {
+      const at = new Date(d.changedAt).toISOString();
+      const row: RunRow = {
+        runId: d.runId, sessionId: '?', state: UNREADABLE_STATE, mode: '?', agents: [], label: null, createdAt: at, startedAt: null,
+        endedAt: null, durationMs: null, depth: 0, parentRunId: null, rootRunId: d.runId, dismissed: ctx.store.isDismissed(d.runId),
+        error: { code: 'STATE_CORRUPT', message: d.problem },
+      };
+      if ((o.all || !row.dismissed) && stateMatches(row.state)) rows.push(row);
+    }
+    rows.sort((a, b) => (a.createdAt < b.createdAt ? 1 : a.createdAt > b.createdAt ? -1 : 0));
+  }
   if (o.json) {
     out(JSON.stringify({ home: ctx.settings.home, runs: rows }, null, 2));
     return 0;
@@ -88,7 +101,7 @@ export async function runsCommand(ctx: ManagerContext, o: RunsOptions, out: (s: 
   out(table(['RUN', 'STATE', 'AGENTS', 'AGE', 'DURATION', 'SESSION', 'LABEL'], rows.map((r) => [
     r.runId,
     `${r.state}${r.queue ? ` ${r.queue.position}/${r.queue.length}` : ''}${r.error && r.state !== 'cancelled' ? ` (${r.error.code})` : ''}${r.dismissed ? ' [dismissed]' : ''}`,
-    oneLine(`${r.mode === 'single' ? '' : `${r.mode}: `}${r.agents.join(',')}`, 32),
+    oneLine(`${r.mode === 'single' || r.agents.length === 0 ? '' : `${r.mode}: `}${r.agents.join(',')}`, 32),
     formatAge(r.createdAt, now),
     formatDuration(r.durationMs),
     r.depth > 0 ? `in ${r.parentRunId?.slice(0, 12)}…` : `${r.sessionId.slice(0, 12)}…`,

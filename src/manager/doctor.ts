@@ -14,7 +14,7 @@ import { CLAUDE_ROOT_WARNING, listAgents, listBackends } from './agent-list.js';
 import { loadFullCatalog } from './agent-resolver.js';
 import type { DistributedHealth, ManagerContext } from './context.js';
 import { warmPoolCount } from './warm-pool.js';
-import { listAll } from './listing.js';
+import { damagedRecords, listAll } from './listing.js';
 import { diskBytes } from './gc.js';
 import { ReadyFile, readStateFile } from '../store/state-files.js';
 import { peopleCommand } from '../invocation.js';
@@ -102,6 +102,7 @@ function lastActivityMs(ctx: ManagerContext, runId: string): number {
 function runsNeedingAttention(ctx: ManagerContext): DoctorReport['attention'] {
   const out: DoctorReport['attention'] = [];
   const now = Date.now();
+  for (const d of damagedRecords(ctx)) out.push({ runId: d.runId, state: 'corrupt', problem: d.problem });
   for (const m of listAll(ctx)) {
     let s: RunStatus | null;
     try {

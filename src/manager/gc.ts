@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { randomBytes } from 'node:crypto';
 import type { ManagerContext } from './context.js';
-import { listAll, type RunMeta } from './listing.js';
+import { damagedRecords, listAll, type RunMeta } from './listing.js';
 import { freshStatus } from './run-status.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
 import { deleteBranches, removeEndedRunsWorktrees, runBranches } from './isolation.js';
@@ -105,6 +105,16 @@ export async function collectGarbage(ctx: ManagerContext, o: { olderThanMs: numb
     if (o.dryRun) { report.removed.push(candidate); report.bytesFreed += candidate.bytes; report.branchesDeleted += branches.length; continue; }
     const moved = await removeTree(ctx, root, runIds);
     if (moved) { report.removed.push(candidate); report.bytesFreed += candidate.bytes; report.branchesDeleted += await deleteBranches(ctx, branches); } else report.keptActive++;
+  }
+  // Runs whose record is damaged (not in any tree: their tree is in the record), by when their directory last changed.
+  for (const d of damagedRecords(ctx)) {
+    if (unreadableButServed(ctx, d.runId)) { report.keptActive++; continue; }
+    if (!(d.changedAt <= cutoff)) { report.keptRecent++; continue; }
+    const candidate: GcCandidate = {
+      rootRunId: d.runId, runIds: [d.runId], endedAt: new Date(d.changedAt).toISOString(),
+      dismissed: ctx.store.isDismissed(d.runId), bytes: diskBytes(ctx.store.paths(d.runId).dir),
+    };
+    if (o.dryRun || await removeTree(ctx, d.runId, [d.runId])) { report.removed.push(candidate); report.bytesFreed += candidate.bytes; } else report.keptActive++;
   }
   if (!o.dryRun) removeLeftoverTrash(ctx);
   return report;

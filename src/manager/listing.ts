@@ -318,6 +318,30 @@ export function listAll(ctx: ManagerContext): RunMeta[] {
   return out.sort((a, b) => (a.createdAt < b.createdAt ? 1 : a.createdAt > b.createdAt ? -1 : 0));
 }
 
+/**
+ * Runs of the home whose record cannot be read (torn, gone, or naming another run), with why. `listAll` cannot place
+ * them (their session, shape and age are in the record), so a listing of every run adds them from here: a run is
+ * renamed into runs/ whole, record first, so a directory there without a readable record is damage, never a run
+ * being created.
+ */
+export function damagedRecords(ctx: ManagerContext): Array<{ runId: string; problem: string; changedAt: number }> {
+  const out: Array<{ runId: string; problem: string; changedAt: number }> = [];
+  for (const id of ctx.store.listRunIds()) {
+    if (readMeta(ctx, id)) continue;
+    let problem: string;
+    try {
+      const rec = ctx.store.readRecord(id);
+      problem = rec === null ? `run.json of ${id} is missing; the run's files are damaged` : `run.json of ${id} names another run (${String(rec.runId).slice(0, 40)})`;
+    } catch (e) {
+      problem = (e as Error).message;
+    }
+    let changedAt = Date.now();
+    try { changedAt = fs.statSync(ctx.store.paths(id).dir).mtimeMs; } catch { continue; /* gone meanwhile */ }
+    out.push({ runId: id, problem, changedAt });
+  }
+  return out;
+}
+
 /** This session's own top-level runs that are still active (named in CAPACITY_EXHAUSTED). */
 export function ownActiveRuns(ctx: ManagerContext): string[] {
   return listVisible(ctx).filter((m) => m.depth === 0).filter((m) => {

@@ -123,6 +123,20 @@ describe('F5 torn and corrupt state files', () => {
     }
     expect(sc(await s.call('status', { runId: fine })).state).toBe('completed');
     expect(s.stderr()).not.toMatch(/internal error/);
+
+    // The command line, which sees every run, shows them as damaged instead of leaving them out; gc can remove them.
+    const listed = JSON.parse((await cli(['runs', '--json'], env)).stdout).runs as Array<Record<string, any>>;
+    for (const id of [nullRecord, goneRecord]) {
+      const row = listed.find((r) => r.runId === id);
+      expect(row?.state).toBe('unreadable');
+      expect(row?.error.code).toBe('STATE_CORRUPT');
+    }
+    const doctor = (await cli(['doctor'], env)).stdout;
+    expect(doctor).toContain(`${goneRecord} (corrupt): run.json of ${goneRecord} is missing`);
+    expect(doctor).toContain(`${nullRecord} (corrupt): run.json of ${nullRecord} parses but is not what it should be`);
+    const gc = JSON.parse((await cli(['gc', '--older-than', '0s', '--json'], env)).stdout);
+    expect(gc.removed.flatMap((c: any) => c.runIds).sort()).toEqual([...ids].sort());
+    for (const id of ids) expect(fs.existsSync(path.join(t.home, 'runs', id))).toBe(false);
   });
 
   it('a status torn while its run is live is rewritten by the runner (its single writer), and the run ends normally', async () => {
