@@ -100,6 +100,9 @@ export async function watchRedis(ctx: ManagerContext, o: WatchOptions, out: (s: 
         };
         out(o.json ? jsonLine(e) : humanLine(e));
       }
+    }, undefined, (reason) => {
+      // On stderr: stdout carries event lines only, which a script may parse.
+      ctx.log(reason === null ? 'Redis answers again; watching' : `Redis does not answer: ${reason}; watching resumes when it is back (Ctrl-C to stop)`);
     });
   } catch (e) {
     if (isSubagentError(e) && e.code === 'INVALID_INPUT') throw new CliError(`--since: ${e.message}`, EXIT_USAGE);

@@ -66,7 +66,7 @@ export interface DistributedRuns {
    * Every run's events as Redis records them (docs/watch-and-ui.md, "`watch` over Redis"), after `since` (a cursor from an
    * earlier entry, `start`, a time, or null: from now on), until `signal` aborts.
    */
-  follow(since: FeedSince, signal: AbortSignal, onEntries: (entries: FeedEntry[]) => void | Promise<void>, onPlaced?: () => void): Promise<void>;
+  follow(since: FeedSince, signal: AbortSignal, onEntries: (entries: FeedEntry[]) => void | Promise<void>, onPlaced?: () => void, onAway?: (reason: string | null) => void): Promise<void>;
   /** The sessions whose runs this session sees: its own and those it restored, transitively (kept in Redis). */
   lineage(ctx: ManagerContext): Promise<Set<string>>;
   /** For doctor: Redis reachable, its version and persistence, the workers seen by heartbeat. */

@@ -1,4 +1,5 @@
 import fs from 'node:fs';
+import net from 'node:net';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FIXTURE_AGENTS } from '../helpers/paths.js';
@@ -106,5 +107,32 @@ describe('subagents-mcp watch', { timeout: 180_000 }, () => {
     const r = await cli(['watch', '--since', 'yesterday-ish'], env);
     expect(r.code).toBe(2);
     expect(r.stderr).toContain('is not a cursor');
+  });
+});
+
+/** `watch --redis` with nothing listening at the address: it says so on stderr, and Ctrl-C still ends it. */
+describe('subagents-mcp watch --redis, Redis away', { timeout: 60_000 }, () => {
+  it('says on stderr that Redis does not answer, and ends on SIGINT', async () => {
+    const t = tempStateHome('sa-watch-away-');
+    // A loopback port nobody listens on: bound, then closed.
+    const port = await new Promise<number>((resolve) => {
+      const srv = net.createServer().listen(0, '127.0.0.1', () => {
+        const p = (srv.address() as net.AddressInfo).port;
+        srv.close(() => resolve(p));
+      });
+    });
+    const w = cliStream(['watch', '--redis', `redis://127.0.0.1:${port}`], { SUBAGENTS_HOME: t.home });
+    try {
+      for (let i = 0; i < 100 && !w.stderr().includes('Redis does not answer'); i++) await new Promise((r) => setTimeout(r, 100));
+      expect(w.stderr()).toContain('Redis does not answer: the connection was refused (ECONNREFUSED)');
+      expect(w.stderr()).not.toContain(String(port)); // the URL is a credential: never printed
+      w.child.kill('SIGINT');
+      const code = await Promise.race([w.exited, new Promise((r) => setTimeout(() => r('still running'), 10_000))]);
+      expect(code).toBe(0);
+      expect(w.stdout()).toBe('');
+    } finally {
+      w.child.kill('SIGKILL');
+      t.cleanup();
+    }
   });
 });

@@ -573,10 +573,10 @@ export class DistributedExecutor implements DistributedRuns {
   }
 
   /** Every run's events from the feed stream (docs/watch-and-ui.md, "`watch` over Redis"). */
-  async follow(since: FeedSince, signal: AbortSignal, onEntries: (entries: FeedEntry[]) => void | Promise<void>, onPlaced?: () => void): Promise<void> {
+  async follow(since: FeedSince, signal: AbortSignal, onEntries: (entries: FeedEntry[]) => void | Promise<void>, onPlaced?: () => void, onAway?: (reason: string | null) => void): Promise<void> {
     const from = since === null ? null : since === 'start' ? FEED_START : 'cursor' in since ? since.cursor : feedIdBefore(since.sinceMs);
     if (from !== null && !isFeedId(from)) throw new SubagentError('INVALID_INPUT', `${JSON.stringify(from.slice(0, 60))} is not a cursor of this Redis's feed (one looks like 1796425051396-0); copy one from an earlier line, or use "start" or an age such as 10m.`);
-    return followFeed(this.settings.redisUrl, from, signal, onEntries, onPlaced);
+    return followFeed(this.settings.redisUrl, from, signal, onEntries, onPlaced, onAway);
   }
 
   async health(): Promise<DistributedHealth> {

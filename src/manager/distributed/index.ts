@@ -23,7 +23,7 @@ export function distributedRuns(settings: Settings): DistributedRuns | undefined
     everyRun: async (all) => (await get()).everyRun(all),
     collectGarbage: async (olderThanMs, dryRun, branches) => (await get()).collectGarbage(olderThanMs, dryRun, branches),
     resolveRunId: async (arg) => (await get()).resolveRunId(arg),
-    follow: async (since, signal, onEntries, onPlaced) => (await get()).follow(since, signal, onEntries, onPlaced),
+    follow: async (since, signal, onEntries, onPlaced, onAway) => (await get()).follow(since, signal, onEntries, onPlaced, onAway),
     lineage: async (ctx) => (await get()).lineage(ctx),
     health: async () => (await get()).health(),
     close: async () => { if (executor) await (await executor).close(); },
