@@ -236,6 +236,8 @@ export function refill(ctx: ManagerContext): void {
     files.forget(e.key, e.log);
     return false;
   });
+  // A runner killed between its take and its claim: its names, its claim (the run's environment) and its boot log go.
+  for (const e of files.listTaken()) if (!isAlive(e)) files.forget(e.key, e.log);
   const now = performance.now();
   for (const [pid, until] of state.booting) {
     if (now > until || idle.some((e) => e.pid === pid) || !readIdentity(pid)) state.booting.delete(pid);

@@ -95,6 +95,19 @@ export class WarmPoolFiles {
   }
 
   /**
+   * Runners taken for a launch and not yet past their claim (`<key>.taken`: the `.idle` entry renamed). One that died
+   * there (killed between the take and reading its claim) leaves this, its claim and its boot log behind.
+   */
+  listTaken(): IdleEntry[] {
+    const out: IdleEntry[] = [];
+    for (const n of this.names('.taken')) {
+      const e = this.entry(n, '.taken');
+      if (e) out.push(e);
+    }
+    return out;
+  }
+
+  /**
    * Idle names, the longest idle first (the oldest announcement): a runner just back from a run is taken last, so it has
    * time to start its next agent stub (runner/agent-stub.ts), and the pool's runners share the work.
    */
@@ -106,13 +119,13 @@ export class WarmPoolFiles {
     return names.sort((a, b) => since.get(a)! - since.get(b)!);
   }
 
-  private names(suffix: '.idle' | '.serving'): string[] {
+  private names(suffix: '.idle' | '.serving' | '.taken'): string[] {
     let names: string[];
     try { names = fs.readdirSync(this.dir); } catch { return []; }
     return names.filter((n) => n.endsWith(suffix) && !n.startsWith('.'));
   }
 
-  private entry(n: string, suffix: '.idle' | '.serving'): IdleEntry | null {
+  private entry(n: string, suffix: '.idle' | '.serving' | '.taken'): IdleEntry | null {
     try {
       const v = JSON.parse(readStateText(path.join(this.dir, n), n) ?? '') as { pid?: unknown; startTime?: unknown; build?: unknown; log?: unknown };
       if (typeof v.pid === 'number' && typeof v.startTime === 'string') {

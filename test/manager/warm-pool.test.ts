@@ -266,6 +266,24 @@ describe('warm runners', () => {
     expect(runDirs(t!.home)).toEqual([]);
   });
 
+  it('a runner killed between its take and its claim: the pool\'s next look removes its names, its claim and its boot log', async () => {
+    setup();
+    const filler = await serve();
+    const [victim] = await poolOf(1);
+    await filler.close();
+    const warm = path.join(t!.home, 'warm');
+    const key = fs.readdirSync(warm).find((n) => n.startsWith(`${victim!.pid}-`) && n.endsWith('.idle'))!.slice(0, -5);
+    const bootLog = readJson(path.join(warm, `${key}.idle`)).log as string;
+    expect(fs.existsSync(path.join(warm, bootLog))).toBe(true);
+    // What a claimant leaves when the runner dies before reading its claim: the take, the claim (the run's environment).
+    fs.renameSync(path.join(warm, `${key}.idle`), path.join(warm, `${key}.taken`));
+    fs.writeFileSync(path.join(warm, `${key}.claim`), JSON.stringify({ runDir: path.join(t!.home, 'runs', 'r-x'), env: { HOME: '/nowhere' } }), { mode: 0o600 });
+    process.kill(-victim!.pid, 'SIGKILL');
+    await until(() => !stillRunning(victim!), 'the taken runner gone');
+    await serve(); // its pool fills a second after its start, and looks at what is there first
+    await until(() => !fs.readdirSync(warm).some((n) => n.startsWith(`${key}.`) || n === bootLog), 'the dead runner\'s files gone', 20_000);
+  });
+
   it('a runner of another build is never claimed', async () => {
     setup();
     const s = await serve();
