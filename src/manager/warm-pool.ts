@@ -1,8 +1,9 @@
-import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
+import path from 'node:path';
 import { isAlive, readIdentity, type ProcessIdentity } from '../process/identity.js';
 import { DetachedChild, spawnDetached } from '../process/spawn-detached.js';
 import { ensurePrivateDir } from '../store/atomic-write.js';
+import { withLock } from '../store/lock.js';
 import { WarmPoolFiles, type IdleEntry } from '../store/warm-pool.js';
 import { RUNNER_MAIN, type ManagerContext } from './context.js';
 import { WarmDemand } from './warm-demand.js';
@@ -217,52 +218,79 @@ function scheduleRefill(ctx: ManagerContext, delayMs: number): void {
   if (state.timer) return; // not pushed back: steady sequential launches must not starve the refill
   state.timer = setTimeout(() => {
     state.timer = null;
-    try { refill(ctx); } catch { /* launches boot their own runners meanwhile */ }
+    refill(ctx).catch(() => { /* launches boot their own runners meanwhile */ });
   }, delayMs);
   state.timer.unref();
 }
 
-/** Boots the runners the pool lacks (idle ones announced, plus ones this server is booting, are counted). */
-export function refill(ctx: ManagerContext): void {
+/**
+ * Another server's runner whose boot log has had no announcement and no write for the handshake timeout is not
+ * counted as on its way up any more (a boot takes well under a second); its log is removed much later, so a boot slowed
+ * past the timeout by a loaded machine still finds its log when it is claimed.
+ */
+function bootRemovedAfterMs(ctx: ManagerContext): number { return Math.max(3 * ctx.settings.handshakeTimeoutMs, 60_000); }
+
+/**
+ * Boots the runners the pool lacks. Counted: idle ones announced, runners serving short runs, the ones this server is
+ * booting, and those other servers of the home are booting (their boot logs, made before the spawn). The count and
+ * the new boot logs are made under the pool's lock, so servers that fill the pool at the same moment (several started
+ * at once) boot the pool once between them, not once each.
+ */
+export async function refill(ctx: ManagerContext): Promise<void> {
   // A nested server takes from the pool but never boots into it: it runs inside an agent's process tree, and a
   // runner booted there would descend from that agent while serving some other run.
   if (ctx.settings.warmRunners === 0 || ctx.nesting) return;
   const state = stateOf(ctx);
   if (state.demand.inFlight > 0) return; // the last of them to settle schedules it again
   const files = filesOf(ctx);
-  const target = state.demand.refillTarget(performance.now());
-  const idle = ownIdle(files).filter((e) => {
-    if (isAlive(e)) return true;
-    files.forget(e.key, e.log);
-    return false;
-  });
-  // A runner killed between its take and its claim: its names, its claim (the run's environment) and its boot log go.
-  for (const e of files.listTaken()) if (!isAlive(e)) files.forget(e.key, e.log);
-  const now = performance.now();
-  for (const [pid, until] of state.booting) {
-    if (now > until || idle.some((e) => e.pid === pid) || !readIdentity(pid)) state.booting.delete(pid);
-  }
-  // Runners serving short runs come back (runner/main.ts): counted, with a look again once the oldest stops counting.
-  const nowMs = Date.now();
-  const serving = files.listServing().filter((e) => {
-    if (e.build !== ownBuild() || idle.some((i) => i.pid === e.pid)) return false;
-    if (!isAlive(e)) { files.forget(e.key); return false; }
-    return nowMs - e.sinceMs < SERVING_COUNTED_MS;
-  });
-  const missing = target - idle.length - serving.length - state.booting.size - state.spawning;
-  if (serving.length > 0 && missing + serving.length > 0) {
-    const oldest = Math.min(...serving.map((e) => e.sinceMs));
-    scheduleRefill(ctx, Math.max(REFILL_DELAY_MS, oldest + SERVING_COUNTED_MS - nowMs + REFILL_DELAY_MS));
-  }
-  if (missing <= 0) return;
+  const lack = (): number => {
+    const target = state.demand.refillTarget(performance.now());
+    const idle = ownIdle(files).filter((e) => {
+      if (isAlive(e)) return true;
+      files.forget(e.key, e.log);
+      return false;
+    });
+    // A runner killed between its take and its claim: its names, its claim (the run's environment) and its boot log go.
+    for (const e of files.listTaken()) if (!isAlive(e)) files.forget(e.key, e.log);
+    const now = performance.now();
+    for (const [pid, until] of state.booting) {
+      if (now > until || idle.some((e) => e.pid === pid) || !readIdentity(pid)) state.booting.delete(pid);
+    }
+    // Runners serving short runs come back (runner/main.ts): counted, with a look again once the oldest stops counting.
+    const nowMs = Date.now();
+    const serving = files.listServing().filter((e) => {
+      if (e.build !== ownBuild() || idle.some((i) => i.pid === e.pid)) return false;
+      if (!isAlive(e)) { files.forget(e.key); return false; }
+      return nowMs - e.sinceMs < SERVING_COUNTED_MS;
+    });
+    const missing = target - idle.length - serving.length - state.booting.size - state.spawning;
+    if (serving.length > 0 && missing + serving.length > 0) {
+      const oldest = Math.min(...serving.map((e) => e.sinceMs));
+      scheduleRefill(ctx, Math.max(REFILL_DELAY_MS, oldest + SERVING_COUNTED_MS - nowMs + REFILL_DELAY_MS));
+    }
+    if (missing <= 0) return missing;
+    // Short: runners other servers are booting count too (their boot logs); those that never came up are let go.
+    let othersBooting = 0;
+    for (const b of files.unannouncedBoots()) {
+      if (b.quietMs > bootRemovedAfterMs(ctx)) files.removeBootLog(b.name);
+      else if (b.serverPid !== process.pid && b.quietMs < ctx.settings.handshakeTimeoutMs) othersBooting++;
+    }
+    return missing - othersBooting;
+  };
+  // A full pool (the usual case, after every launch) is seen without the lock; a short one is counted again under it.
+  if (lack() <= 0) return;
   ensurePrivateDir(files.dir);
-  for (let i = 0; i < missing; i++) void bootOne(ctx, files, state);
+  const logs = await withLock(path.join(files.dir, 'pool'), () => {
+    const made: string[] = [];
+    for (let i = lack(); i > 0; i--) made.push(files.newBootLog());
+    state.spawning += made.length; // counted from here: the spawns below are this server's until they have a pid
+    return made;
+  }, { what: 'warm pool', waitMs: 1000 });
+  for (const log of logs) void bootOne(ctx, state, log);
 }
 
-async function bootOne(ctx: ManagerContext, files: WarmPoolFiles, state: PoolState): Promise<void> {
-  state.spawning++;
+async function bootOne(ctx: ManagerContext, state: PoolState, log: string): Promise<void> {
   try {
-    const log = files.bootLog(`boot-${process.pid}-${randomBytes(6).toString('hex')}`);
     // No run, so none of a run's environment: the claim brings it. Only what the idle runner itself needs.
     const env: Record<string, string> = {
       SUBAGENTS_WARM_IDLE_MS: String(ctx.settings.warmIdleMs),
@@ -272,10 +300,10 @@ async function bootOne(ctx: ManagerContext, files: WarmPoolFiles, state: PoolSta
     };
     // A distributed worker's idle runners retire when the worker dies (runner/warm-idle.ts).
     if (ctx.env.SUBAGENTS_SUPERVISOR) env.SUBAGENTS_SUPERVISOR = ctx.env.SUBAGENTS_SUPERVISOR;
-    const child = await spawnDetached([process.execPath, RUNNER_MAIN, '--warm', files.dir, TITLE_ROOM], { cwd: files.dir, env, logFile: log });
+    const child = await spawnDetached([process.execPath, RUNNER_MAIN, '--warm', path.dirname(log), TITLE_ROOM], { cwd: path.dirname(log), env, logFile: log });
     if (child.pid !== undefined) state.booting.set(child.pid, performance.now() + ctx.settings.handshakeTimeoutMs);
   } catch {
-    /* no replacement this time: launches boot their own */
+    /* no replacement this time: launches boot their own (its boot log ages out of the count) */
   } finally {
     state.spawning--;
   }

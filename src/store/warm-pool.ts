@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { ProcessIdentity } from '../process/identity.js';
@@ -50,6 +51,39 @@ export class WarmPoolFiles {
 
   /** A fresh runner's boot log (stdio while idle); renamed into the run directory as its runner.log at the claim. */
   bootLog(bootId: string): string { return path.join(this.dir, `${bootId}.log`); }
+
+  /**
+   * A new runner's boot log, made now, before its spawn (`boot-<server pid>-<hex>.log`, 0600, never through a link):
+   * until the runner announces itself naming it, the file is how other servers of the home count it as on its way up.
+   */
+  newBootLog(): string {
+    const file = this.bootLog(`boot-${process.pid}-${randomBytes(6).toString('hex')}`);
+    fs.closeSync(fs.openSync(file, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600));
+    return file;
+  }
+
+  /**
+   * Fresh runners' boot logs that no entry (idle, taken, serving) names yet: runners on their way up, or that died on
+   * it. `serverPid` is the booting server's; `quietMs` how long since the runner last wrote to it.
+   */
+  unannouncedBoots(): Array<{ name: string; serverPid: number; quietMs: number }> {
+    let names: string[];
+    try { names = fs.readdirSync(this.dir); } catch { return []; }
+    const named = new Set([...this.listIdle(), ...this.listTaken(), ...this.listServing()].map((e) => e.log));
+    const now = Date.now();
+    const out: Array<{ name: string; serverPid: number; quietMs: number }> = [];
+    for (const n of names) {
+      const m = /^boot-(\d+)-[0-9a-f]{12}\.log$/.exec(n);
+      if (!m || named.has(n)) continue;
+      try { out.push({ name: n, serverPid: Number(m[1]), quietMs: now - fs.lstatSync(path.join(this.dir, n)).mtimeMs }); } catch { /* claimed meanwhile */ }
+    }
+    return out;
+  }
+
+  /** Removes a boot log nobody will announce (its runner died on its way up). */
+  removeBootLog(name: string): void {
+    fs.rmSync(path.join(this.dir, name), { force: true });
+  }
 
   ensureDir(): void {
     fs.mkdirSync(this.dir, { recursive: true, mode: 0o700 });

@@ -284,6 +284,16 @@ describe('warm runners', () => {
     await until(() => !fs.readdirSync(warm).some((n) => n.startsWith(`${key}.`) || n === bootLog), 'the dead runner\'s files gone', 20_000);
   });
 
+  it('servers started together on one home keep one pool of its size between them, not one each', async () => {
+    setup();
+    await Promise.all([1, 2, 3, 4].map((i) => serve({ SUBAGENTS_SESSION_ID: `warm-pool-session-000${i + 1}` })));
+    await poolOf(2);
+    // Each server's fill runs a second after its start; by now every boot any of them made has announced itself.
+    await new Promise((res) => setTimeout(res, 4000));
+    expect(idleRunners(t!.home)).toHaveLength(2);
+    expect(fs.readdirSync(path.join(t!.home, 'warm')).filter((n) => /^boot-\d+-[0-9a-f]{12}\.log$/.test(n))).toHaveLength(2);
+  });
+
   it('a runner of another build is never claimed', async () => {
     setup();
     const s = await serve();
