@@ -9,7 +9,7 @@ import { readEvents } from '../store/event-log.js';
 import { waitingOrder } from '../lifecycle/queue.js';
 import type { Ledger } from '../store/ledger.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
-import { checkStateHome } from '../store/state-home.js';
+import { checkHomeEntries, checkStateHome } from '../store/state-home.js';
 import { CLAUDE_ROOT_WARNING, listAgents, listBackends } from './agent-list.js';
 import { loadFullCatalog } from './agent-resolver.js';
 import type { DistributedHealth, ManagerContext } from './context.js';
@@ -157,6 +157,8 @@ export async function runDoctor(ctx: ManagerContext, version: string): Promise<D
   let mode: string | null = null;
   try { mode = (fs.lstatSync(s.home).mode & 0o777).toString(8).padStart(3, '0'); } catch { /* absent */ }
   const safe = check.problems.length === 0 && check.exists;
+  const broken = safe ? checkHomeEntries(s.home) : [];
+  problems.push(...broken.map((p) => `unusable state home: ${p}`));
   const runIds = safe ? ctx.store.listRunIds() : [];
 
   // The same probe as the agents tool (found, version, problem), waited for to the end: each --version is bounded.
@@ -205,7 +207,7 @@ export async function runDoctor(ctx: ManagerContext, version: string): Promise<D
     node: process.version,
     platform: `${process.platform} ${process.arch}`,
     command: peopleCommand(''),
-    home: { path: s.home, source: s.sources.home ?? 'default', exists: check.exists, mode, problems: check.problems, runs: runIds.length, bytes: safe ? diskBytes(s.home) : 0 },
+    home: { path: s.home, source: s.sources.home ?? 'default', exists: check.exists, mode, problems: [...check.problems, ...broken], runs: runIds.length, bytes: safe ? diskBytes(s.home) : 0 },
     settings: settingRows(s, warmPoolCount(ctx)),
     backends,
     agents: { projectDir: catalog.projectDir, projectTrusted: catalog.projectTrusted, available: listing.agents, refused: listing.refused },

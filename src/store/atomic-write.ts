@@ -261,7 +261,8 @@ export function ensurePrivateDir(dir: string): boolean {
     if ((e as NodeJS.ErrnoException).code !== 'EEXIST') throw e;
   }
   const st = fs.lstatSync(dir);
-  if (!st.isDirectory()) throw Object.assign(new Error(`${dir} is not a directory`), { code: 'ENOTDIR' });
+  // Something else in a directory's place (a file, a link) fails every write below it: coded, with what to do.
+  if (!st.isDirectory()) throw new SubagentError('STATE_CORRUPT', `${dir} is not a directory (something else is in its place); remove it and retry: it is made again.`);
   return false;
 }
 

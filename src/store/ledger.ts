@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import { Low } from 'lowdb';
+import { SubagentError } from '../errors.js';
 import { LedgerFile, readStateFile, StateFileAdapter } from './state-files.js';
 import type { Layout } from './layout.js';
 import { withLock } from './lock.js';
@@ -171,7 +172,13 @@ async function applyAll(file: string, batch: PendingChange[], rebuild: LedgerReb
   // pool: the lock is held meanwhile, this process's event loop is not (and what arrives meanwhile is the next batch).
   if (current !== before) {
     doc.data = ledger;
-    await doc.write();
+    try {
+      await doc.write();
+    } catch (e) {
+      // A directory in the ledger's place: rename cannot replace it, and it is not ours to remove.
+      if ((e as NodeJS.ErrnoException).code === 'EISDIR') throw new SubagentError('STATE_CORRUPT', `${file} is a directory, not the ledger file; remove it and retry (the ledger is rebuilt from the runs).`);
+      throw e;
+    }
   }
   return outcomes;
 }

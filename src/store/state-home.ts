@@ -31,6 +31,31 @@ export function checkStateHome(home: string): { problems: string[]; exists: bool
   return { problems, exists: true };
 }
 
+/** The home's fixed directories and its one shared file, each of which must be what it is named (or absent). */
+const HOME_DIRS = ['runs', 'agents', 'locks', 'index', 'sessions', 'warm'];
+const HOME_FILES = ['ledger.json'];
+
+/**
+ * What stands in the place of a fixed entry of a (safe) state home and would fail every launch: a file where a
+ * directory goes, a directory or link where the ledger goes. Each problem says what to remove; the server makes the
+ * directories again and rebuilds the ledger from the runs.
+ */
+export function checkHomeEntries(home: string): string[] {
+  const problems: string[] = [];
+  const kindOf = (st: fs.Stats) => (st.isSymbolicLink() ? 'a symlink' : st.isDirectory() ? 'a directory' : st.isFile() ? 'a file' : 'not a regular file');
+  for (const name of [...HOME_DIRS, ...HOME_FILES]) {
+    const p = path.join(home, name);
+    let st: fs.Stats;
+    try { st = fs.lstatSync(p); } catch { continue; /* absent: made when needed */ }
+    const dir = HOME_DIRS.includes(name);
+    if (dir ? st.isDirectory() : st.isFile()) continue;
+    problems.push(dir
+      ? `${p} is ${kindOf(st)}, not a directory; remove it (the server makes the directory again)`
+      : `${p} is ${kindOf(st)}, not the ledger file; remove it (the ledger is rebuilt from the runs)`);
+  }
+  return problems;
+}
+
 /**
  * Creates (0700) and validates the state home and its fixed subdirectories; throws UnsafeStateHomeError with
  * people-readable reasons. Returns what it read of `runs/`, for the run listing's first look (one read, not two).
@@ -41,6 +66,8 @@ export function openStateHome(home: string): { runs: DirSnapshot | null } {
   if (!before.exists) fs.mkdirSync(home, { recursive: true, mode: 0o700 });
   const after = checkStateHome(home);
   if (after.problems.length) throw new UnsafeStateHomeError(`unsafe state home: ${after.problems.join('; ')}`);
+  const broken = checkHomeEntries(home);
+  if (broken.length) throw new UnsafeStateHomeError(`unusable state home: ${broken.join('; ')}`);
   for (const sub of ['runs', 'agents', 'locks']) ensurePrivateDir(path.join(home, sub));
   const runs = readDirSnapshot(path.join(home, 'runs'));
   if (runs) sweepAbandonedRunTemps(path.join(home, 'runs'), runs.names);

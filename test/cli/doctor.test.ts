@@ -1,7 +1,8 @@
+import { spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { FIXTURE_AGENTS } from '../helpers/paths.js';
+import { FIXTURE_AGENTS, MAIN_JS } from '../helpers/paths.js';
 import { sc, startServer } from '../helpers/server.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 import { cli } from './helpers.js';
@@ -86,6 +87,27 @@ describe('doctor', { timeout: 180_000 }, () => {
     expect(runs.runs.find((x: any) => x.runId === runId)).toMatchObject({ state: 'failed', error: { code: 'RUNNER_LOST' } });
     const again = await cli(['doctor'], { SUBAGENTS_HOME: t.home });
     expect(again.stdout).not.toContain(`${runId} (running)`);
+  });
+
+  it('a file where a home directory goes, or a directory where the ledger goes: doctor names each (exit 1), a server refuses to start', async () => {
+    const u = tempStateHome('sa-broken-');
+    try {
+      fs.writeFileSync(path.join(u.home, 'index'), '');
+      fs.mkdirSync(path.join(u.home, 'ledger.json'));
+      const d = await cli(['doctor'], { SUBAGENTS_HOME: u.home });
+      expect(d.code).toBe(1);
+      expect(d.stdout).toMatch(/FAIL\s+\S+/);
+      expect(d.stdout).toContain(`${path.join(u.home, 'index')} is a file, not a directory; remove it`);
+      expect(d.stdout).toContain(`${path.join(u.home, 'ledger.json')} is a directory, not the ledger file; remove it`);
+      // A server would fail every launch on it: it says why at its start instead.
+      const serve = spawnSync(process.execPath, [MAIN_JS, 'serve'], { env: { PATH: process.env.PATH, SUBAGENTS_HOME: u.home }, input: '', encoding: 'utf8', timeout: 20_000 });
+      expect(serve.status).not.toBe(0);
+      expect(serve.stderr).toContain('unusable state home');
+      expect(serve.stderr).toContain('ledger.json is a directory');
+      expect(serve.stdout).toBe('');
+    } finally {
+      u.cleanup();
+    }
   });
 
   it('an unsafe state home is a problem (exit 1) and the other commands refuse it', async () => {
