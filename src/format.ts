@@ -30,14 +30,18 @@ export function formatBytes(n: number): string {
   return `${v.toFixed(v < 10 ? 1 : 0)} ${units[i]}`;
 }
 
-/** Parses `30d`, `12h`, `90m`, `45s`, `2w` or a bare number of days into milliseconds; null when malformed. */
+/** The longest age taken: a hundred years (a longer one reaches before any date a run can have, or past Date's range). */
+export const MAX_AGE_MS = 100 * 365 * 86_400_000;
+
+/** Parses `30d`, `12h`, `90m`, `45s`, `2w` or a bare number of days into milliseconds; null when malformed or over `MAX_AGE_MS`. */
 export function parseAge(text: string): number | null {
   const m = /^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)?\s*$/i.exec(text);
   if (!m) return null;
   const n = Number(m[1]);
   const unit = (m[2] ?? 'd').toLowerCase();
   const factor: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000, w: 604_800_000 };
-  return Math.round(n * factor[unit]!);
+  const ms = Math.round(n * factor[unit]!);
+  return Number.isFinite(ms) && ms <= MAX_AGE_MS ? ms : null;
 }
 
 /** Left-aligned columns separated by two spaces; the last column is not padded. */

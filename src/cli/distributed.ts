@@ -84,7 +84,7 @@ export async function distributedDismiss(ctx: ManagerContext, arg: string, o: { 
 
 export async function distributedGc(ctx: ManagerContext, o: { olderThan: string; dryRun?: boolean; json?: boolean; branches?: boolean }, out: Out): Promise<number> {
   const olderThanMs = parseAge(o.olderThan);
-  if (olderThanMs === null) throw new CliError(`--older-than ${JSON.stringify(o.olderThan)} is not an age like 30d, 12h, 90m or 2w`, EXIT_USAGE);
+  if (olderThanMs === null) throw new CliError(`--older-than ${JSON.stringify(o.olderThan)} is not an age like 30d, 12h, 90m or 2w (at most 100 years)`, EXIT_USAGE);
   const r = await distributed(ctx).collectGarbage(olderThanMs, o.dryRun === true, o.branches === true);
   if (o.json) { out(JSON.stringify(r, null, 2)); return EXIT_OK; }
   const verb = r.dryRun ? 'would remove' : 'removed';

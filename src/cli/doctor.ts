@@ -17,8 +17,9 @@ export async function doctorCommand(ctx: ManagerContext, version: string, o: { j
   out('');
   out('State home');
   out(`  ${mark(r.home.problems.length === 0)}  ${r.home.path}  (from ${r.home.source})`);
-  if (!r.home.exists) out('        does not exist yet; the first server creates it (mode 700)');
-  else out(`        mode ${r.home.mode}, ${r.home.runs} run(s), ${formatBytes(r.home.bytes)}`);
+  if (!r.home.exists) {
+    if (r.home.problems.length === 0) out('        does not exist yet; the first server creates it (mode 700)');
+  } else out(`        mode ${r.home.mode}, ${r.home.runs} run(s), ${formatBytes(r.home.bytes)}`);
   for (const p of r.home.problems) out(`        ${p}`);
   out('');
   out('Limits and settings in force (flag > environment > default)');

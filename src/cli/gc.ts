@@ -5,7 +5,7 @@ import { formatBytes, parseAge } from '../format.js';
 
 export async function gcCommand(ctx: ManagerContext, o: { olderThan: string; dryRun?: boolean; json?: boolean; branches?: boolean }, out: (s: string) => void): Promise<number> {
   const olderThanMs = parseAge(o.olderThan);
-  if (olderThanMs === null) throw new CliError(`--older-than ${JSON.stringify(o.olderThan)} is not an age like 30d, 12h, 90m or 2w`, EXIT_USAGE);
+  if (olderThanMs === null) throw new CliError(`--older-than ${JSON.stringify(o.olderThan)} is not an age like 30d, 12h, 90m or 2w (at most 100 years)`, EXIT_USAGE);
   const r = await collectGarbage(ctx, { olderThanMs, dryRun: o.dryRun === true, branches: o.branches === true });
   if (o.json) {
     out(JSON.stringify(r, null, 2));

@@ -15,7 +15,10 @@ export function checkStateHome(home: string): { problems: string[]; exists: bool
   try {
     st = fs.lstatSync(home);
   } catch (e) {
-    if ((e as NodeJS.ErrnoException).code === 'ENOENT') return { problems, exists: false };
+    const code = (e as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') return { problems, exists: false };
+    if (code === 'ENOTDIR') return { problems: [`${home} cannot be a directory: a part of its path is a file; choose another SUBAGENTS_HOME`], exists: false };
+    if (code === 'EACCES') return { problems: [`${home} cannot be read: permission denied on a part of its path; choose another SUBAGENTS_HOME`], exists: false };
     throw e;
   }
   if (st.isSymbolicLink()) problems.push(`${home} is a symlink; point SUBAGENTS_HOME at the real directory`);

@@ -67,6 +67,12 @@ describe('the command line for people', { timeout: 180_000 }, () => {
     expect(badState.code).toBe(2);
     expect(badState.stderr).toContain('--state "sideways"');
     expect(badAge.code).toBe(2);
+    // Ages past any date (or Date's range) are usage errors too, never an "Invalid time value" or a cutoff in year -271764.
+    for (const age of ['99999999d', '99999999999999999999d']) {
+      const huge = await cli(['gc', '--older-than', age, '--dry-run'], env);
+      expect(huge.code, age).toBe(2);
+      expect(huge.stderr).toContain('(at most 100 years)');
+    }
   });
 
   it('runs, show and logs: every session, newest first, with evidence and files; unknown ids exit 1', async () => {

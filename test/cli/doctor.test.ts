@@ -105,6 +105,13 @@ describe('doctor', { timeout: 180_000 }, () => {
       expect(serve.stderr).toContain('unusable state home');
       expect(serve.stderr).toContain('ledger.json is a directory');
       expect(serve.stdout).toBe('');
+      // A home below a file: a problem that says so, never the raw errno of an lstat.
+      const below = path.join(u.home, 'index', 'home');
+      const [d2, r2] = await Promise.all([cli(['doctor'], { SUBAGENTS_HOME: below }), cli(['runs'], { SUBAGENTS_HOME: below })]);
+      expect(d2.code).toBe(1);
+      expect(d2.stdout).toContain(`${below} cannot be a directory: a part of its path is a file`);
+      expect(r2.code).toBe(1);
+      expect(r2.stderr).not.toContain('ENOTDIR');
     } finally {
       u.cleanup();
     }
