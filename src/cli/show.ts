@@ -5,7 +5,7 @@ import { requireRecord } from '../manager/listing.js';
 import { renderRun } from '../manager/status-view.js';
 import { readRunEvents, withLiveness, type RunEvent } from '../manager/run-files.js';
 import type { ProcessIdentity } from '../process/identity.js';
-import type { AgentTaskSpec, StepSpec, StepStatus } from '../store/run-types.js';
+import { TERMINAL_RUN_STATES, type AgentTaskSpec, type StepSpec, type StepStatus } from '../store/run-types.js';
 import { durationOf } from './runs.js';
 import { formatAge, formatBytes, formatDuration, oneLine } from '../format.js';
 import { peopleCommand } from '../invocation.js';
@@ -192,7 +192,8 @@ export function renderDetail(d: RunDetail, out: (s: string) => void): void {
   out(`  status:     ${d.files.status.path}`);
   out(`  events:     ${d.files.events.path} (${d.events.length} events${d.eventsSkipped ? `; ${d.eventsSkipped} unparsable line(s) skipped: the file is damaged` : ''})`);
   out(`  runner log: ${d.files.runnerLog.path} (${formatBytes(d.files.runnerLog.bytes ?? 0)})`);
-  out(`  output:     ${d.output.path}${d.output.bytes === null ? ' (written when the run ends)' : ` (${formatBytes(d.output.bytes)})`}`);
+  const noOutput = TERMINAL_RUN_STATES.includes(d.state as never) ? ' (none: its runner ended before writing it; the steps\' output files are above)' : ' (written when the run ends)';
+  out(`  output:     ${d.output.path}${d.output.bytes === null ? noOutput : ` (${formatBytes(d.output.bytes)})`}`);
   if (d.runnerLogTail) {
     out('');
     out('runner log tail:');

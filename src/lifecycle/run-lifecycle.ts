@@ -35,6 +35,11 @@ export interface RunEnd {
   survivors?: ProcessIdentity[];
   /** The end of the runner's own log, for a run whose runner failed or was lost (never agent output). */
   runnerLogTail?: string;
+  /**
+   * For a run whose runner was lost: the bytes of a step's output its capture stored (its file), so the steps that were
+   * running count what they printed before the loss instead of nothing.
+   */
+  storedOutput?: (stepKey: string) => number;
 }
 
 /** What ending a run needs: its files and the state home's ledger. A runner, a server and the CLI each have these. */
@@ -136,18 +141,21 @@ export function endedStatus(cur: RunStatus, end: RunEnd): RunStatus {
   const now = new Date().toISOString();
   // A step whose runner was lost is failed (what its agent did is not known); one stopped by the run's end is cancelled.
   const running = end.error?.code === 'RUNNER_LOST' ? 'failed' : 'cancelled';
-  const next: RunStatus = { ...cur, state: end.state, error: end.error, endedAt: now, steps: closeSteps(cur.steps, running, now) };
+  const next: RunStatus = { ...cur, state: end.state, error: end.error, endedAt: now, steps: closeSteps(cur.steps, running, now, end.storedOutput) };
   if (end.survivors) next.survivors = end.survivors.map((p) => ({ pid: p.pid, startTime: p.startTime }));
   if (end.runnerLogTail) next.runnerLogTail = end.runnerLogTail;
   return next;
 }
 
 /** Steps (and group members) not ended yet: a running one becomes `running`, one that never started `skipped`. */
-export function closeSteps(steps: StepStatus[], running: 'failed' | 'cancelled', at: string): StepStatus[] {
+export function closeSteps(steps: StepStatus[], running: 'failed' | 'cancelled', at: string, storedOutput?: (stepKey: string) => number): StepStatus[] {
   const close = (s: StepStatus): StepStatus => {
     if (isTerminalStep(s.state)) return s;
     const wasRunning = s.state === 'running';
-    return { ...s, state: wasRunning ? running : 'skipped', endedAt: wasRunning ? at : s.endedAt, members: s.members?.map(close) };
+    const members = s.members?.map(close);
+    const stored = wasRunning && storedOutput && !members ? storedOutput(s.key) : 0;
+    const outputBytes = members ? members.reduce((n, m) => n + m.outputBytes, 0) : Math.max(s.outputBytes, stored);
+    return { ...s, state: wasRunning ? running : 'skipped', endedAt: wasRunning ? at : s.endedAt, members, outputBytes };
   };
   return steps.map(close);
 }

@@ -1,3 +1,4 @@
+import fs from 'node:fs';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/terminate.js';
 import { readTail } from '../store/text-tail.js';
@@ -95,6 +96,7 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
       : { state: 'failed', error: { code: 'RUNNER_LOST', message: `the runner (pid ${runner.pid}) ended without finishing the run${lastWords(tail)}; its agents were stopped` } }),
     runnerLogTail: tail,
     survivors: term.survivors,
+    storedOutput: (key) => { try { return fs.lstatSync(paths.output(key)).size; } catch { return 0; } },
   });
   ctx.store.event(runId, { type: 'reconciled', state: after.state, error: after.error?.code ?? null });
   void serveQueue(ctx); // the slot the lost runner held goes to the queue's head

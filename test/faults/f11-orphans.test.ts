@@ -98,11 +98,18 @@ describe.skipIf(process.platform !== 'linux')('F11 orphans', () => {
     // reconciles on its 500 ms poll, and under a loaded suite it once began (SIGTERM, then the grace) before this test
     // saw the runner gone, leaving 1 of the 2 to count.
     expect(pidsWithToken(token).length).toBeGreaterThanOrEqual(2);
+    // What the agent printed before the loss is captured (its `forked` line)…
+    const out = path.join(t.home, 'runs', runId, 'out', '0.txt');
+    expect(await until(() => fs.existsSync(out) && fs.statSync(out).size > 0)).toBe(true);
     process.kill(runner, 'SIGKILL');
     expect(await until(() => !pidAlive(runner), 5000)).toBe(true);
     const v = sc(await s.call('status', { runId }));
     expect(v.state).toBe('failed');
     expect(v.error.code).toBe('RUNNER_LOST');
+    // … and counted on the failed step, as its output resource holds it.
+    expect(v.steps[0].output.bytes).toBe('forked\n'.length);
+    expect(v.steps[0].output.text).toBe('forked\n');
+    expect(readStatusFile(t.home, runId).steps[0].outputBytes).toBe('forked\n'.length); // what `show` reports
     expectNothingLeft(runId, token, grandchild);
     expect(sc(await s.call('status', {})).capacity.active).toBe(0);
   });
