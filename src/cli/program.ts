@@ -26,6 +26,8 @@ const SETTING_HELP: Record<string, string> = {
   SUBAGENTS_MAX_WAIT_MS: 'ceiling for status long-polls (default 45000)',
   SUBAGENTS_HANDSHAKE_TIMEOUT_MS: 'how long a launch waits for its runner to report ready (default 10000)',
   SUBAGENTS_MAX_OUTPUT_BYTES: "bytes of one step's output kept on disk (default 64 MiB)",
+  SUBAGENTS_MAX_QUEUED: 'launches that may wait for a slot per state home; 0 = refuse at capacity (default 64)',
+  SUBAGENTS_QUEUE_TIMEOUT_MS: 'how long a queued run waits for a slot before it ends QUEUE_TIMEOUT (default 3600000)',
   SUBAGENTS_REDIS_URL: 'distributed mode: the Redis (redis:// or rediss://) runs are queued in; a credential (also --redis)',
   SUBAGENTS_POOL: 'distributed mode: the queue a server submits to and a worker takes from (default "default")',
   SUBAGENTS_STALL_INTERVAL_MS: "distributed mode: a worker's lock and stall check period (default 30000)",
@@ -149,7 +151,7 @@ Examples:
 
   withRedis(program.command('runs').description("every session's runs in the state home, newest first"))
     .option('--json', 'machine-readable output')
-    .option('--state <states>', 'only these states (comma list of starting, running, completed, failed, cancelled, active, terminal)')
+    .option('--state <states>', 'only these states (comma list of queued, starting, running, completed, failed, cancelled, active, terminal)')
     .option('--session <id>', 'only runs of this session (a prefix is enough)')
     .option('-a, --all', 'include dismissed runs')
     .action(act(async (o: { json?: boolean; state?: string; session?: string; all?: boolean }, cmd: Command) => {
