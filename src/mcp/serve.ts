@@ -1,4 +1,5 @@
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
+import { refuseNonObjectArguments } from './arguments-guard.js';
 import { loadSettings, type Settings } from '../config.js';
 import { newSessionId } from '../ids.js';
 import { setOriginalUmask } from '../manager/original-umask.js';
@@ -91,6 +92,8 @@ export async function serve(flags: Record<string, string | string[] | undefined>
   const parent = process.ppid;
   setInterval(() => { if (process.ppid !== parent) shutdown('parent process changed'); }, PARENT_CHECK_MS).unref();
 
-  await server.connect(new StdioServerTransport());
+  const transport = new StdioServerTransport();
+  await server.connect(transport);
+  refuseNonObjectArguments(transport);
   registering();
 }

@@ -1,5 +1,6 @@
 import fs from 'node:fs';
 import path from 'node:path';
+import { CallToolResultSchema } from '@modelcontextprotocol/sdk/types.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { INVALID_INPUT_CASES } from '../helpers/invalid-input.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
@@ -68,6 +69,12 @@ describe('bad input: a clear coded refusal, nothing created on disk, the server 
       ['status', { waitMs: -1 }],
     ];
     for (const [tool, args] of cases) await refused(tool, args, 'INVALID_INPUT');
+    // `arguments` that is no object at all: a refusal like the rest, not a JSON-RPC error dumping schema issues.
+    for (const args of [[1, 2], 'text', 5, null]) {
+      const r = await s.client.request({ method: 'tools/call', params: { name: 'launch', arguments: args as never } }, CallToolResultSchema);
+      expect(r.isError, JSON.stringify(args)).toBe(true);
+      expect(textOf(r)).toMatch(/^INVALID_INPUT: arguments must be a JSON object/);
+    }
     expect(runDirs(t.home)).toEqual([]);
   });
 
