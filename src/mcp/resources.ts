@@ -1,4 +1,4 @@
-import { isAscii } from 'node:buffer';
+import { isAscii, isUtf8 } from 'node:buffer';
 import { McpError, ErrorCode, type ReadResourceResult, type Resource } from '@modelcontextprotocol/sdk/types.js';
 import type { ManagerContext } from '../manager/context.js';
 import { SubagentError } from '../errors.js';
@@ -103,7 +103,7 @@ function readPage(reader: (offset: number, length: number) => { buf: Buffer; siz
     }
     buf = buf.subarray(0, cut);
   }
-  return { text: decodeText(buf), start, next: start + buf.length, size };
+  return { text: decodeText(buf), start, next: start + buf.length, size, ...(!isAscii(buf) && !isUtf8(buf) ? { lossy: true } : {}) };
 }
 
 /**
@@ -114,12 +114,35 @@ function decodeText(buf: Buffer): string {
   return isAscii(buf) ? buf.toString('latin1') : buf.toString('utf8');
 }
 
-function pagedContent(uri: string, mimeType: string, page: { text: string; start: number; next: number; size: number }, length: number): ReadResourceResult['contents'][number] {
+function pagedContent(uri: string, mimeType: string, page: { text: string; start: number; next: number; size: number; lossy?: boolean }, length: number): ReadResourceResult['contents'][number] {
   const base = uri.split('?')[0]!;
   return {
     uri, mimeType, text: page.text,
-    _meta: { offset: page.start, bytes: page.size, ...(page.next < page.size ? { next: `${base}?offset=${page.next}&length=${length}` } : {}) },
+    _meta: {
+      offset: page.start, bytes: page.size, ...(page.next < page.size ? { next: `${base}?offset=${page.next}&length=${length}` } : {}),
+      // Bytes that are not UTF-8 (an agent that printed binary) show as U+FFFD in the text: `?encoding=base64` has them.
+      ...(page.lossy ? { utf8: false } : {}),
+    },
   };
+}
+
+/** A page of an output's exact bytes, base64 in `blob` (`?encoding=base64`): no character boundaries, nothing replaced. */
+function blobContent(uri: string, read: { buf: Buffer; size: number }, offset: number, length: number): ReadResourceResult['contents'][number] {
+  const buf = read.buf.subarray(0, length);
+  const next = offset + buf.length;
+  const base = uri.split('?')[0]!;
+  return {
+    uri, mimeType: 'application/octet-stream', blob: buf.toString('base64'),
+    _meta: { offset, bytes: read.size, ...(next < read.size ? { next: `${base}?offset=${next}&length=${length}&encoding=base64` } : {}) },
+  };
+}
+
+/** `?encoding=base64` asks for an output's exact bytes; anything else but text (the default) is refused. */
+function wantsBase64(uri: string, q: URLSearchParams): boolean {
+  const e = q.get('encoding');
+  if (e === null || e === '' || e === 'text') return false;
+  if (e === 'base64') return true;
+  throw new McpError(ErrorCode.InvalidParams, `Invalid encoding ${JSON.stringify(e.slice(0, 20))} in ${uri.slice(0, 200)}: use encoding=base64 for the exact bytes, or none for text.`);
 }
 
 interface ParsedUri { runId: string; part: 'status' | 'output' | 'events' | 'step' | 'patch'; stepKey?: string; query: URLSearchParams }
@@ -171,6 +194,7 @@ export async function readResource(ctx: ManagerContext, uri: string): Promise<Re
     if (!exists) throw notFound(uri);
   }
   const file = p.part === 'step' ? paths.output(p.stepKey!) : p.part === 'patch' ? paths.patch(p.stepKey!) : paths.runOutput;
+  if (wantsBase64(uri, p.query)) return { contents: [blobContent(uri, readFileBytes(file, offset, length), offset, length)] };
   return { contents: [pagedContent(uri, p.part === 'patch' ? 'text/x-diff' : 'text/plain', readPage((o, l) => readFileBytes(file, o, l), offset, length, false), length)] };
 }
 
@@ -196,6 +220,7 @@ async function readDistributedResource(ctx: ManagerContext, d: NonNullable<Manag
     }
     const part = p.part === 'step' || p.part === 'patch' ? { step: p.stepKey!, patch: p.part === 'patch' } : p.part;
     const got = await d.readBytes(ctx, p.runId, part, offset, length + 3);
+    if (p.part !== 'events' && wantsBase64(uri, p.query)) return { contents: [blobContent(uri, got, offset, length)] };
     const page = readPage(() => got, offset, length, p.part === 'events');
     if (p.part === 'events') return { contents: [pagedContent(uri, 'application/x-ndjson', { ...page, text: eventLines(page.text) }, length)] };
     return { contents: [pagedContent(uri, p.part === 'patch' ? 'text/x-diff' : 'text/plain', page, length)] };

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { PAGE_SIZE } from '../../src/mcp/resources.js';
 import { sc, textOf, waitTerminal, type Started } from '../helpers/server.js';
 import { launchOk, world, type World } from '../sessions/session-helpers.js';
+import { writeAgent } from '../helpers/state-home.js';
 
 const text = (r: { contents: unknown[] }) => (r.contents[0] as { text: string }).text;
 const meta = (r: { contents: unknown[] }) => (r.contents[0] as { _meta: { offset: number; bytes: number; next?: string } })._meta;
@@ -152,6 +153,31 @@ describe('resources: list pagination, completion, paged reads', () => {
         expect(Buffer.byteLength(head!) + omitted + Buffer.byteLength(tail!)).toBe(Buffer.byteLength(MULTI));
       }
     }
+  });
+
+  it('output that is not UTF-8: the text says so (_meta.utf8 false), and ?encoding=base64 pages give its exact bytes', async () => {
+    const BYTES = Buffer.from([0x6f, 0x6b, 0xff, 0xfe, 0x80, 0x62, 0x61, 0x64, 0x0a]);
+    // In a session of its own: the other cases count this session's runs.
+    writeAgent(path.join(w.t.home, 'agents'), 'binary', { backend: 'command', command: ['sh', '-c', "printf 'ok\\377\\376\\200bad\\n'"] });
+    const own = await w.start();
+    const binary = (await launchOk(own, { agent: 'binary', task: 'x' })).runId;
+    expect((await waitTerminal(own, binary)).state).toBe('completed');
+    const asText = await own.client.readResource({ uri: `subagents://runs/${binary}/output` });
+    expect((asText.contents[0] as { _meta: { utf8?: boolean } })._meta.utf8).toBe(false);
+    expect((await s.client.readResource({ uri: `subagents://runs/${multi}/output` })).contents[0]).not.toHaveProperty('_meta.utf8');
+    for (const uri of [`subagents://runs/${binary}/output`, `subagents://runs/${binary}/steps/0/output`]) {
+      const got: Buffer[] = [];
+      let next: string | undefined = `${uri}?length=4&encoding=base64`;
+      while (next) {
+        const c = (await own.client.readResource({ uri: next })).contents[0] as { blob: string; mimeType: string; _meta: { next?: string; bytes: number } };
+        expect(c.mimeType).toBe('application/octet-stream');
+        expect(c._meta.bytes).toBe(BYTES.length);
+        got.push(Buffer.from(c.blob, 'base64'));
+        next = c._meta.next;
+      }
+      expect(Buffer.concat(got)).toEqual(BYTES);
+    }
+    await expect(own.client.readResource({ uri: `subagents://runs/${binary}/output?encoding=hex` })).rejects.toThrow(/use encoding=base64/);
   });
 
   it('events are JSON lines, paged on line boundaries', async () => {
