@@ -16,7 +16,7 @@ const URI = /^subagents:\/\/runs\/([^/?#]+)(\/output|\/events|\/steps\/(\d+(?:\.
 
 export const RESOURCE_TEMPLATES = [
   { uriTemplate: 'subagents://runs/{runId}', name: 'run', title: 'Run status', description: 'The full status of a run (JSON)', mimeType: 'application/json' },
-  { uriTemplate: 'subagents://runs/{runId}/output', name: 'run-output', title: 'Run output', description: 'The run\'s final output (text; ?offset=&length= for more than 4 MiB)', mimeType: 'text/plain' },
+  { uriTemplate: 'subagents://runs/{runId}/output', name: 'run-output', title: 'Run output', description: 'The run\'s final output (text; ?offset=&length= for more than 4 MiB; ?encoding=base64 for the exact bytes)', mimeType: 'text/plain' },
   { uriTemplate: 'subagents://runs/{runId}/steps/{index}/output', name: 'step-output', title: 'Step output', description: 'One step\'s output so far (text; member N of parallel step I is I.N)', mimeType: 'text/plain' },
   { uriTemplate: 'subagents://runs/{runId}/steps/{index}/patch', name: 'step-patch', title: 'Step patch', description: 'An isolated step\'s changes as a unified diff from its base to its commit (text; empty for a step that was not isolated)', mimeType: 'text/x-diff' },
   { uriTemplate: 'subagents://runs/{runId}/events', name: 'run-events', title: 'Run events', description: 'The run\'s event log (JSON lines)', mimeType: 'application/x-ndjson' },
