@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import { isAlive, readIdentity, type ProcessIdentity } from '../process/identity.js';
@@ -282,7 +283,7 @@ export async function refill(ctx: ManagerContext): Promise<void> {
   ensurePrivateDir(files.dir);
   const logs = await withLock(path.join(files.dir, 'pool'), () => {
     const made: string[] = [];
-    for (let i = lack(); i > 0; i--) made.push(files.newBootLog());
+    for (let i = lack(); i > 0; i--) made.push(files.newBootLog(randomBytes(6).toString('hex')));
     state.spawning += made.length; // counted from here: the spawns below are this server's until they have a pid
     return made;
   }, { what: 'warm pool', waitMs: 1000 });

@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto';
 import fs from 'node:fs';
 import path from 'node:path';
 import type { ProcessIdentity } from '../process/identity.js';
@@ -53,11 +52,12 @@ export class WarmPoolFiles {
   bootLog(bootId: string): string { return path.join(this.dir, `${bootId}.log`); }
 
   /**
-   * A new runner's boot log, made now, before its spawn (`boot-<server pid>-<hex>.log`, 0600, never through a link):
+   * A new runner's boot log, made now, before its spawn (`boot-<server pid>-<12 random hex digits>.log`, 0600, never
+   * through a link; the caller draws the digits: the runner's entry loads no crypto):
    * until the runner announces itself naming it, the file is how other servers of the home count it as on its way up.
    */
-  newBootLog(): string {
-    const file = this.bootLog(`boot-${process.pid}-${randomBytes(6).toString('hex')}`);
+  newBootLog(hex12: string): string {
+    const file = this.bootLog(`boot-${process.pid}-${hex12}`);
     fs.closeSync(fs.openSync(file, fs.constants.O_WRONLY | fs.constants.O_CREAT | fs.constants.O_EXCL | fs.constants.O_NOFOLLOW, 0o600));
     return file;
   }
