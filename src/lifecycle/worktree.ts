@@ -5,7 +5,7 @@ import { ensurePrivateDir, writeFileAtomic } from '../store/atomic-write.js';
 import { withLock } from '../store/lock.js';
 import { readJsonFile } from '../store/json-file.js';
 import { runWorktreesDir, type WorktreeMarker } from '../store/worktree-paths.js';
-import { git, GitError } from '../process/git.js';
+import { git, GitError, type GitOptions } from '../process/git.js';
 
 /**
  * Git worktrees for isolated steps: made from a base commit on a branch of their own, committed when the step ends,
@@ -52,7 +52,9 @@ export async function repoOf(cwd: string, gitBin: string): Promise<RepoInfo> {
   const toplevel = (await git(['rev-parse', '--show-toplevel'], { cwd, git: gitBin, timeoutMs: QUICK_TIMEOUT_MS })).stdout;
   const commonDir = path.resolve(cwd, common ?? '.git');
   const rel = path.relative(toplevel, fs.realpathSync(cwd));
-  return { toplevel, commonDir: safeRealpath(commonDir), cwdRel: rel.startsWith('..') ? '' : rel };
+  // Outside the top level (`..` as a whole first segment; `..data` is a directory inside it): the worktree's root.
+  const outside = rel === '..' || rel.startsWith(`..${path.sep}`) || path.isAbsolute(rel);
+  return { toplevel, commonDir: safeRealpath(commonDir), cwdRel: outside ? '' : rel };
 }
 
 /**
@@ -119,16 +121,33 @@ export async function addWorktree(a: AddWorktree): Promise<void> {
 }
 
 /**
- * Commits everything in the worktree (tracked changes, new and deleted files; ignored files stay out) on its branch
- * and returns the commit at the branch's tip afterwards: the base itself when nothing changed.
+ * Commits everything in the worktree (tracked changes, new and deleted files; ignored files stay out) on the step's
+ * `branch` and returns the branch's tip afterwards: the agent's HEAD commit itself when nothing is left uncommitted.
+ * The commit is built from the worktree's index (`write-tree`, `commit-tree`) and only `branch` is moved to it: an
+ * agent that checked out another branch (one of the user's) or detached HEAD never gets our commit on that branch,
+ * and what it committed itself stays in the branch's history. A nested repository the agent made (`git init` in a
+ * subdirectory) cannot be added; it is left out, and everything else is still committed.
  */
-export async function commitAll(dir: string, message: string, gitBin: string): Promise<string> {
-  await git(['add', '--all'], { cwd: dir, git: gitBin, timeoutMs: SETUP_TIMEOUT_MS });
-  const staged = await git(['diff', '--cached', '--quiet', '--no-ext-diff'], { cwd: dir, git: gitBin, timeoutMs: SETUP_TIMEOUT_MS, okExitCodes: [1] });
-  if (staged.exitCode === 1) {
-    await git(['commit', '--quiet', '--no-verify', '--no-gpg-sign', '-m', message], { cwd: dir, git: gitBin, timeoutMs: SETUP_TIMEOUT_MS, env: COMMIT_IDENTITY });
+export async function commitAll(dir: string, branch: string, message: string, gitBin: string): Promise<string> {
+  const run = (args: string[], o: Partial<GitOptions> = {}) => git(args, { cwd: dir, git: gitBin, timeoutMs: SETUP_TIMEOUT_MS, ...o });
+  const excluded: string[] = [];
+  for (;;) {
+    try {
+      await run(['add', '--all', '--', '.', ...excluded.map((p) => `:(exclude,literal)${p}`)]);
+      break;
+    } catch (e) {
+      // `error: 'pkg/' does not have a commit checked out`: a repository with no commit inside the worktree.
+      const nested = e instanceof GitError ? /'(.+?)\/?' does not have a commit checked out/.exec(e.stderr)?.[1] : undefined;
+      if (nested === undefined || excluded.includes(nested) || excluded.length >= 100) throw e;
+      excluded.push(nested);
+    }
   }
-  return (await git(['rev-parse', 'HEAD'], { cwd: dir, git: gitBin, timeoutMs: QUICK_TIMEOUT_MS })).stdout;
+  const tree = (await run(['write-tree'])).stdout;
+  const head = (await run(['rev-parse', '--verify', 'HEAD^{commit}'], { timeoutMs: QUICK_TIMEOUT_MS })).stdout;
+  const headTree = (await run(['rev-parse', '--verify', 'HEAD^{tree}'], { timeoutMs: QUICK_TIMEOUT_MS })).stdout;
+  const tip = tree === headTree ? head : (await run(['commit-tree', '--no-gpg-sign', tree, '-p', head, '-m', message], { env: COMMIT_IDENTITY })).stdout;
+  await run(['update-ref', '-m', 'subagents: step end', `refs/heads/${branch}`, tip], { timeoutMs: QUICK_TIMEOUT_MS });
+  return tip;
 }
 
 export interface FileChange { path: string; insertions: number; deletions: number }

@@ -8,7 +8,8 @@ import type { ManagerContext } from './context.js';
 /** Whether `child` (a realpath) is `root` (a realpath) or inside it. */
 export function isInside(child: string, root: string): boolean {
   const rel = path.relative(root, child);
-  return rel === '' || (!rel.startsWith('..') && !path.isAbsolute(rel));
+  // `..` as a whole first segment only: a directory named `..data` inside the root is inside it.
+  return rel === '' || (rel !== '..' && !rel.startsWith(`..${path.sep}`) && !path.isAbsolute(rel));
 }
 
 /**

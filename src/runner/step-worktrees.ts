@@ -98,7 +98,7 @@ export class StepWorktrees {
     const wt = await this.load();
     const iso = this.iso!;
     try {
-      const commit = await wt.commitAll(w.dir, `subagents: run ${this.record.runId} step ${st.key} (${st.agent})`, iso.git);
+      const commit = await wt.commitAll(w.dir, w.branch, `subagents: run ${this.record.runId} step ${st.key} (${st.agent})`, iso.git);
       const stats = await wt.changeStats(w.dir, w.base, commit, iso.git);
       st.changes = { branch: w.branch, commit, base: w.base, files: stats.files, insertions: stats.insertions, deletions: stats.deletions, repo: iso.repo };
       this.fileLists.set(st.key, stats.list.slice(0, SUMMARY_FILES));
@@ -128,7 +128,9 @@ export class StepWorktrees {
       const who = prev.members ? `${s.agent} #${s.index}` : s.agent;
       lines.push(`- ${who}: branch ${c.branch} (commit ${c.commit.slice(0, 12)} from ${c.base.slice(0, 12)}): ${c.files} file${c.files === 1 ? '' : 's'} changed, +${c.insertions} -${c.deletions}`);
       const files = this.fileLists.get(s.key) ?? [];
-      for (const f of files) lines.push(`  ${f.path} (+${f.insertions} -${f.deletions})`);
+      // A file name is the agent's text: one with a control character (a newline could forge a line of this summary) or
+      // a quote is shown as a JSON string.
+      for (const f of files) lines.push(`  ${/[\x00-\x1f\x7f"]/.test(f.path) ? JSON.stringify(f.path) : f.path} (+${f.insertions} -${f.deletions})`);
       if (c.files > files.length) lines.push(`  … and ${c.files - files.length} more files`);
     }
     return lines.length ? `\n\n### Changes of the previous step\n\n${lines.join('\n')}\n` : '';
