@@ -198,7 +198,7 @@ export async function removeWorktree(m: WorktreeMarker): Promise<void> {
  * Every worktree left under a run (a runner that died, a step that could not clean up): each removed through its
  * marker, then the run's directory. Returns how many were removed.
  */
-export async function removeRunWorktrees(home: string, runId: string): Promise<number> {
+export async function removeRunWorktrees(home: string, runId: string, o: { commitFirst?: string } = {}): Promise<number> {
   const dir = runWorktreesDir(home, runId);
   let names: string[];
   try { names = fs.readdirSync(dir); } catch { return 0; }
@@ -210,6 +210,8 @@ export async function removeRunWorktrees(home: string, runId: string): Promise<n
     let m: WorktreeMarker | null = null;
     try { m = readJsonFile<WorktreeMarker>(file); } catch { m = null; }
     if (m && path.dirname(m.dir) === dir) {
+      // A worktree whose step never reached its end (its runner died): what the agent left goes on its branch first.
+      if (o.commitFirst !== undefined && fs.existsSync(path.join(m.dir, '.git'))) await commitAll(m.dir, m.branch, o.commitFirst, m.git).catch(() => {});
       await removeWorktree(m).catch(() => {});
       if (!dirs.has(path.basename(m.dir))) removed++;
     }
@@ -222,6 +224,20 @@ export async function removeRunWorktrees(home: string, runId: string): Promise<n
 }
 
 /** Deletes a branch in its repository (gc --branches); false when it could not be (gone, or the repository is). */
+/**
+ * Every branch a run's steps made in `repo` (`subagents/<runId>/…`), recorded in its status or not: a step stopped
+ * before its end, or whose runner died, made its branch without recording it.
+ */
+export async function runBranchesIn(repo: string, runId: string, gitBin: string): Promise<string[]> {
+  if (!fs.existsSync(repo)) return [];
+  try {
+    const out = (await git(['for-each-ref', '--format=%(refname:lstrip=2)', `refs/heads/subagents/${runId}/`], { cwd: repo, git: gitBin, timeoutMs: QUICK_TIMEOUT_MS })).stdout;
+    return out.split('\n').filter((b) => b.startsWith(`subagents/${runId}/`));
+  } catch {
+    return [];
+  }
+}
+
 export async function deleteBranch(repo: string, branch: string, gitBin: string): Promise<boolean> {
   if (!fs.existsSync(repo)) return false;
   try {

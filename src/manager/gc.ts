@@ -5,7 +5,7 @@ import type { ManagerContext } from './context.js';
 import { damagedRecords, listAll, type RunMeta } from './listing.js';
 import { freshStatus } from './run-status.js';
 import { isTerminalRun, type RunStatus } from '../store/run-types.js';
-import { deleteBranches, removeEndedRunsWorktrees, runBranches } from './isolation.js';
+import { branchesOfRuns, deleteBranches, removeEndedRunsWorktrees } from './isolation.js';
 import { servesRun, someProcessServes } from '../process/identity.js';
 
 /** What retention decided for one run tree (a top-level run and the runs nested under it go together). */
@@ -101,7 +101,7 @@ export async function collectGarbage(ctx: ManagerContext, o: { olderThanMs: numb
       dismissed: ctx.store.isDismissed(root), bytes: runIds.reduce((n, id) => n + diskBytes(ctx.store.paths(id).dir), 0),
     };
     // Branches are the user's work: deleted only when asked (`gc --branches`), and only those of runs removed here.
-    const branches = o.branches ? runIds.flatMap((id) => { try { return runBranches(ctx.store.readStatus(id)); } catch { return []; } }) : [];
+    const branches = o.branches ? await branchesOfRuns(ctx, runIds) : [];
     if (o.dryRun) { report.removed.push(candidate); report.bytesFreed += candidate.bytes; report.branchesDeleted += branches.length; continue; }
     const moved = await removeTree(ctx, root, runIds);
     if (moved) { report.removed.push(candidate); report.bytesFreed += candidate.bytes; report.branchesDeleted += await deleteBranches(ctx, branches); } else report.keptActive++;

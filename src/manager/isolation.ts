@@ -68,7 +68,9 @@ export async function resolveIsolation(ctx: ManagerContext, cwd: string, input: 
 export async function removeStaleWorktrees(ctx: Pick<ManagerContext, 'layout'>, runId: string): Promise<number> {
   if (!hasWorktrees(ctx.layout.home, runId)) return 0;
   const wt = await import('../lifecycle/worktree.js');
-  return wt.removeRunWorktrees(ctx.layout.home, runId).catch(() => 0);
+  // Its runner is gone (lost, or cut short at the run's end): what an agent left uncommitted is committed on its
+  // step's branch before the worktree goes (a step that reached its end was committed already: nothing to add).
+  return wt.removeRunWorktrees(ctx.layout.home, runId, { commitFirst: `subagents: run ${runId}: what a step left when its runner ended before the step did` }).catch(() => 0);
 }
 
 /** Every run's leftover worktrees whose run has ended (or is gone): what `gc` sweeps. */
@@ -85,6 +87,27 @@ export function runBranches(status: RunStatus | null): Array<{ repo: string; bra
     for (const s of [st, ...(st.members ?? [])]) if (s.changes) out.push({ repo: s.changes.repo, branch: s.changes.branch });
   }
   return out;
+}
+
+/**
+ * The branches of runs about to be removed (`gc --branches`): those their statuses record, and every
+ * `subagents/<runId>/…` branch in the repositories the runs isolated steps in (their records, and the recorded
+ * branches'): a step stopped before its end or whose runner died made its branch without recording it.
+ */
+export async function branchesOfRuns(ctx: ManagerContext, runIds: string[]): Promise<Array<{ repo: string; branch: string }>> {
+  const out = new Map<string, { repo: string; branch: string }>();
+  const add = (b: { repo: string; branch: string }) => out.set(`${b.repo}\0${b.branch}`, b);
+  const gitBin = resolveBin('git', { pathEnv: ctx.env.PATH });
+  const wt = gitBin ? await import('../lifecycle/worktree.js') : null;
+  for (const id of runIds) {
+    const recorded = (() => { try { return runBranches(ctx.store.readStatus(id)); } catch { return []; } })();
+    recorded.forEach(add);
+    if (!wt || !gitBin) continue;
+    const repos = new Set(recorded.map((b) => b.repo));
+    try { const iso = ctx.store.readRecord(id)?.isolation; if (iso) repos.add(iso.repo); } catch { /* damaged: the recorded ones */ }
+    for (const repo of repos) for (const branch of await wt.runBranchesIn(repo, id, gitBin)) add({ repo, branch });
+  }
+  return [...out.values()];
 }
 
 /** `gc --branches`: deletes the given branches; returns how many were. */

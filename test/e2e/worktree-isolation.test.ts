@@ -280,12 +280,12 @@ describe('worktree isolation', () => {
     unchanged();
   });
 
-  it('a runner killed mid-step: reconciliation removes the worktree, the branch keeps what was committed', async () => {
+  it('a runner killed mid-step: reconciliation commits what the agent left on its branch, then removes the worktree', async () => {
     const started = path.join(t.base, 'killed-started');
     const l = await ok(s, 'launch', {
       chain: [
         { agent: 'iso-editor', task: JSON.stringify({ write: { 'kept.txt': 'kept\n' } }) },
-        { agent: 'iso-editor', task: JSON.stringify({ startedFile: started, sleepMs: 60_000, write: { 'lost.txt': 'x' } }) },
+        { agent: 'iso-editor', task: JSON.stringify({ writeFirst: { 'partial.txt': 'half done\n' }, startedFile: started, sleepMs: 60_000, write: { 'never.txt': 'x' } }) },
       ],
       cwd: 'repo',
     });
@@ -297,9 +297,9 @@ describe('worktree isolation', () => {
     expect(fin.error.code).toBe('RUNNER_LOST');
     expect(await until(() => !fs.existsSync(path.join(t.home, 'worktrees', l.runId)), 20_000)).toBe(true);
     expect(extraWorktrees(repo)).toEqual([]);
-    // Step 0 was committed; step 1's branch exists at its base (its agent never finished).
+    // Step 0 was committed at its end; step 1's agent never finished: what it had written is on its branch all the same.
     expect(changedFiles(repo, base, `subagents/${l.runId}/0`)).toEqual(['kept.txt']);
-    expect(gitIn(repo, ['rev-parse', `subagents/${l.runId}/1`])).toBe(gitIn(repo, ['rev-parse', `subagents/${l.runId}/0`]));
+    expect(changedFiles(repo, `subagents/${l.runId}/0`, `subagents/${l.runId}/1`)).toEqual(['partial.txt']);
     unchanged();
   });
 
@@ -331,9 +331,11 @@ describe('worktree isolation', () => {
     // With --branches, the branches of the runs removed go too (and only theirs).
     const l2 = await ok(s, 'launch', { agent: 'editor', task: JSON.stringify({ write: { 'gc2.txt': 'gc\n' } }), cwd: 'repo', isolation: 'worktree' });
     await waitTerminal(s, l2.runId);
+    // A branch of the run that its status never recorded (a step stopped before its end, or whose runner died) goes too.
+    gitIn(repo, ['branch', `subagents/${l2.runId}/9`, base]);
     const withBranches = gc(['--branches']);
     expect(withBranches.status).toBe(0);
-    expect(JSON.parse(withBranches.stdout).branchesDeleted).toBe(1);
+    expect(JSON.parse(withBranches.stdout).branchesDeleted).toBe(2);
     expect(branchesLike(repo, `subagents/${l2.runId}/*`)).toEqual([]);
     expect(branchesLike(repo, `subagents/${l.runId}/*`)).toEqual([`subagents/${l.runId}/0`]);
     unchanged();
