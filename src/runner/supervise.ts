@@ -611,15 +611,21 @@ class Executor {
 
   /**
    * A step whose agent could not be started because its worktree could not be made: failed with `message`, or,
-   * when the run or group was being stopped meanwhile (`message` null), cancelled like a stopped agent. Its slot goes back.
+   * when the run or group was being stopped meanwhile (`message` null), skipped like any step stopped before its agent
+   * started (its fan-out claim is returned: it never started). Its slot goes back.
    */
   private async endUnstartable(st: StepStatus, slotKey: string, message: string | null): Promise<StepOutcome> {
     if (this.record.mode !== 'single') await releaseAgentSlot(this.ledger, slotKey).catch(() => {});
-    st.state = message === null ? 'cancelled' : 'failed';
+    if (message === null) {
+      st.state = 'skipped';
+      st.startedAt = null;
+      await this.write();
+      this.store.event(this.runId, { type: 'step-ended', step: st.key, state: st.state, exitCode: null, signal: null });
+      return { ok: false, ran: false, text: NO_TEXT, error: { code: this.stopReason ?? 'CANCELLED', message: `step ${st.key} did not start` } };
+    }
+    st.state = 'failed';
     st.endedAt = new Date().toISOString();
-    st.error = message === null
-      ? { code: this.stopReason === 'TIMEOUT' ? 'TIMEOUT' : this.stopReason ?? 'CANCELLED', message: `step ${st.key} was stopped` }
-      : { code: 'STEP_FAILED', message };
+    st.error = { code: 'STEP_FAILED', message };
     await this.write();
     this.store.event(this.runId, { type: 'step-ended', step: st.key, state: st.state, exitCode: null, signal: null });
     return { ok: false, ran: true, text: NO_TEXT, error: st.error };

@@ -280,6 +280,25 @@ describe('worktree isolation', () => {
     unchanged();
   });
 
+  it('a group cancelled while its members\' worktrees are being made: a member whose agent never started is skipped, never cancelled without a process', async () => {
+    const l = await ok(s, 'launch', {
+      tasks: [0, 1, 2, 3, 4, 5].map((j) => ({ agent: 'iso-editor', task: JSON.stringify({ sleepMs: 30_000, write: { [`g${j}.txt`]: 'x\n' } }) })),
+      cwd: 'repo',
+    });
+    // Cancelled as the first worktrees appear: some members are making theirs, some agents may have started.
+    const wts = path.join(t.home, 'worktrees', l.runId);
+    expect(await until(() => fs.existsSync(wts) && fs.readdirSync(wts).some((n) => !n.endsWith('.json')), 30_000)).toBe(true);
+    expect(sc(await s.call('cancel', { runId: l.runId })).state).toBe('cancelled');
+    const fin = await waitTerminal(s, l.runId);
+    for (const m of fin.steps.flatMap((st: any) => st.members ?? [st])) {
+      if (m.state === 'cancelled') expect(m.pid, `member ${m.index}`).not.toBeNull();
+      else expect(m.state, `member ${m.index}`).toBe('skipped');
+      if (m.state === 'skipped') expect(m.startedAt, `member ${m.index}`).toBeNull();
+    }
+    expect(await until(() => !fs.existsSync(path.join(t.home, 'worktrees', l.runId)), 20_000)).toBe(true);
+    unchanged();
+  });
+
   it('a runner killed mid-step: reconciliation commits what the agent left on its branch, then removes the worktree', async () => {
     const started = path.join(t.base, 'killed-started');
     const l = await ok(s, 'launch', {
