@@ -19,6 +19,9 @@ export interface RedisInstance {
   stop: (o?: { keepData?: boolean }) => Promise<void>;
   /** Starts it again on the same port and data dir (after `stop({ keepData: true })`). */
   restart: () => Promise<void>;
+  /** SIGSTOP / SIGCONT: a Redis that holds its connections and answers nothing, then goes on. */
+  pause: () => void;
+  resume: () => void;
   log: () => string;
 }
 
@@ -121,6 +124,8 @@ export async function startRedis(): Promise<RedisInstance> {
       if (!o.keepData) fs.rmSync(dir, { recursive: true, force: true });
     },
     restart: async () => { await stopChild(); await boot(); },
+    pause: () => { child?.kill('SIGSTOP'); },
+    resume: () => { child?.kill('SIGCONT'); },
     log: () => out,
   };
 }

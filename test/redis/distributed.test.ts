@@ -339,6 +339,29 @@ suite('queue, load sharing and faults', () => {
     await stopWorker(survivor);
   }, 120_000);
 
+  it('a launch answered BUSY by a Redis that stopped answering, whose claim reaches Redis later, holds nothing and never runs', async () => {
+    const s = await server();
+    const warm = await s.call('launch', { agent: 'echo', task: 'connected' });
+    expect(warm.isError, textOf(warm)).toBeFalsy();
+    const baseline = sc(await s.call('status', {})).capacity.active as number;
+    redis.pause();
+    let busy;
+    try {
+      busy = await s.call('launch', { agent: 'echo', task: 'answered busy', label: 'late-claim' }, { timeout: 30_000 });
+    } finally {
+      redis.resume();
+    }
+    expect(textOf(busy)).toMatch(/^BUSY: Redis could not accept the launch: it did not answer in time/);
+    // The script Redis held ran when it went on; the server ends what it created at once: no slot held, nothing queued.
+    await until(async () => {
+      const list = await s.call('status', {});
+      if (list.isError) return false;
+      const late = (sc(list).runs as Array<Record<string, any>>).filter((r) => r.label === 'late-claim');
+      return late.every((r) => r.state === 'failed' && r.error?.code === 'HANDSHAKE_FAILED') && sc(list).capacity.active === baseline;
+    }, 30_000, 'the late claim ended and its slot returned');
+    await s.call('cancel', { runId: sc(warm).runId });
+  }, 120_000);
+
   it('Redis down: tools answer BUSY with the reason (never the URL), and work again when it returns', async () => {
     const s = await server({ SUBAGENTS_REDIS_URL: redis.url.replace('redis://', 'redis://agent:s3cret-pw@') });
     await redis.stop({ keepData: true });

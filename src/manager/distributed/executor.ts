@@ -35,6 +35,8 @@ import { askChildrenToEnd } from './tree.js';
 import { checkNesting } from '../nesting.js';
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** How long a launch answered BUSY is watched for its claim reaching Redis late (`voidLateClaim`). */
+const LATE_CLAIM_WATCH_MS = 10 * 60_000;
 
 /** Agents each entry starts (its fan-out claim) and the most at once (the run's agent slots). */
 function shapeOf(entries: ChainEntryInput[]): { claims: number; width: number; agents: string[] } {
@@ -119,7 +121,10 @@ export class DistributedExecutor implements DistributedRuns {
       steps: pendingSteps(entries), appendsTaken: 0, survivors: [],
     });
     const queueAllowed = input.queue !== false && settings.maxActiveRuns > 0;
-    const claim = () => this.runs.claimLaunch(record, status('starting'), status('queued'), { limit: settings.maxActiveRuns, queueAllowed, maxQueued: settings.maxQueued });
+    const claim = () => this.runs.claimLaunch(record, status('starting'), status('queued'), { limit: settings.maxActiveRuns, queueAllowed, maxQueued: settings.maxQueued }).catch((e: unknown) => {
+      void this.voidLateClaim(runId);
+      throw e;
+    });
     let c = await claim();
     // A full pool may be full of orphans (a server that died between acceptance and queueing, runs past their queue
     // timeout): repaired here, then the launch is tried once more (docs/scale-out.md, "Failures"). A queued launch
@@ -232,6 +237,29 @@ export class DistributedExecutor implements DistributedRuns {
       fanout: { used: c.used, limit: limits.maxSpawns, remaining: Math.max(0, limits.maxSpawns - c.used) },
       capacity: { active: counts.active, limit: this.settings.maxActiveRuns },
     };
+  }
+
+  /**
+   * A launch answered BUSY (Redis did not answer in time) whose claim may still reach Redis: a paused Redis runs the
+   * script it already holds once it goes on. The caller was told nothing happened, so a run that appears that way is
+   * ended at once (no job was queued for it: nothing runs), returning its slot or queue place. Reads go on the
+   * claim's own connection, after it: once one is answered, the claim has either taken effect or never will.
+   */
+  private async voidLateClaim(runId: string): Promise<void> {
+    const until = Date.now() + LATE_CLAIM_WATCH_MS;
+    while (Date.now() < until) {
+      let run: StoredRun | null;
+      try {
+        run = await this.runs.read(runId);
+      } catch {
+        await sleep(1000);
+        continue;
+      }
+      if (run && !isTerminalRun(run.status.state) && run.worker === null) {
+        await this.runs.endRun(endedStatus(run.status, 'failed', { code: 'HANDSHAKE_FAILED', message: 'the launch was answered BUSY (Redis did not answer in time) and reached Redis only later; nothing was started' })).catch(() => {});
+      }
+      return;
+    }
   }
 
   /**
