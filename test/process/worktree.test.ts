@@ -90,11 +90,11 @@ describe('worktrees', () => {
     expect(fs.readFileSync(path.join(dir, 'src', 'app.txt'), 'utf8')).toContain('line 9');
     expect(fs.existsSync(path.join(dir, 'untracked.txt'))).toBe(false);
     // Nothing changed: the branch stays at the base and no commit is made.
-    expect(await commitAll(dir, 'nothing', GIT)).toBe(base);
+    expect(await commitAll(dir, branch, 'nothing', GIT)).toBe(base);
     fs.writeFileSync(path.join(dir, 'src', 'app.txt'), 'rewritten\n');
     fs.writeFileSync(path.join(dir, 'image.bin'), Buffer.from([0, 1, 2, 0, 255]));
     fs.writeFileSync(path.join(dir, 'trace.log'), 'ignored by .gitignore\n');
-    const commit = await commitAll(dir, 'work', GIT);
+    const commit = await commitAll(dir, branch, 'work', GIT);
     expect(commit).not.toBe(base);
     const stats = await changeStats(dir, base, commit, GIT);
     expect(stats).toMatchObject({ files: 2, insertions: 1, deletions: 10 });
