@@ -245,6 +245,7 @@ export async function refill(ctx: ManagerContext): Promise<void> {
   if (state.demand.inFlight > 0) return; // the last of them to settle schedules it again
   const files = filesOf(ctx);
   const lack = (): number => {
+    files.removeDeadWritersTemps();
     const target = state.demand.refillTarget(performance.now());
     const idle = ownIdle(files).filter((e) => {
       if (isAlive(e)) return true;

@@ -1,7 +1,7 @@
 import fs from 'node:fs';
 import path from 'node:path';
 import type { ProcessIdentity } from '../process/identity.js';
-import { writeFileAtomic, writeNewFile } from './atomic-write.js';
+import { removeStaleTemps, writeFileAtomic, writeNewFile } from './atomic-write.js';
 import { readStateText } from './state-file.js';
 
 /**
@@ -78,6 +78,14 @@ export class WarmPoolFiles {
       try { out.push({ name: n, serverPid: Number(m[1]), quietMs: now - fs.lstatSync(path.join(this.dir, n)).mtimeMs }); } catch { /* claimed meanwhile */ }
     }
     return out;
+  }
+
+  /**
+   * Removes what writers killed mid-write left in the pool's directory (`.<key>.idle.<pid>.<hex>.tmp` of a runner
+   * SIGKILLed while announcing itself): only temps whose writer's pid is gone.
+   */
+  removeDeadWritersTemps(): void {
+    removeStaleTemps(this.dir, null, false);
   }
 
   /** Removes a boot log nobody will announce (its runner died on its way up). */
