@@ -275,6 +275,8 @@ describe('warm runners', () => {
     const key = fs.readdirSync(warm).find((n) => n.startsWith(`${victim!.pid}-`) && n.endsWith('.idle'))!.slice(0, -5);
     const bootLog = readJson(path.join(warm, `${key}.idle`)).log as string;
     expect(fs.existsSync(path.join(warm, bootLog))).toBe(true);
+    // Stopped first, so it cannot read the claim below before the kill lands: the case is a runner that never read it.
+    process.kill(-victim!.pid, 'SIGSTOP');
     // What a claimant leaves when the runner dies before reading its claim: the take, the claim (the run's environment).
     fs.renameSync(path.join(warm, `${key}.idle`), path.join(warm, `${key}.taken`));
     fs.writeFileSync(path.join(warm, `${key}.claim`), JSON.stringify({ runDir: path.join(t!.home, 'runs', 'r-x'), env: { HOME: '/nowhere' } }), { mode: 0o600 });
