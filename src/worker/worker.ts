@@ -25,6 +25,7 @@ import { isTerminalRun } from '../store/run-types.js';
 import { endedStatus } from '../manager/distributed/view.js';
 import { endChildren, parseCancelMessage, type TreeCancelReason } from '../manager/distributed/tree.js';
 import { JobQueue } from '../store/redis/job-queue.js';
+import { awaitRedis } from './await-redis.js';
 import { localContext, workerHome } from './local-context.js';
 import { mirrorRun } from './mirror.js';
 import { deleteRunBranches, removeRunLeftovers, sweepHome } from './leftovers.js';
@@ -58,10 +59,14 @@ export async function runWorker(settings: Settings, o: WorkerOptions, log: (line
   const home = workerHome(o.home);
   const roots = o.roots.map((r) => path.resolve(r));
   const local = localContext(settings, home, roots, log);
-  // Pre-booted runners take each job's run as they do a local server's launch (docs/architecture.md, "Warm runners").
-  const stopWarmPool = startWarmPool(local);
   const capBytes = settings.sources.maxOutputBytes === 'default' ? DEFAULT_REDIS_OUTPUT_BYTES : settings.maxOutputBytes;
   const runs = new RedisRuns(connect(url, { name: 'subagents-worker' }));
+  if (!(await awaitRedis(runs.redis, redactRedisUrl(url), log))) {
+    runs.redis.disconnect();
+    return 1;
+  }
+  // Pre-booted runners take each job's run as they do a local server's launch (docs/architecture.md, "Warm runners").
+  const stopWarmPool = startWarmPool(local);
   // Removes the jobs of nested runs no worker has taken yet when their parent ends (../manager/distributed/tree.ts).
   const queue = new JobQueue(url, settings.pool);
   const sub = connect(url, { blocking: true, name: 'subagents-worker-cancel' });

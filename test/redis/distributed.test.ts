@@ -45,7 +45,8 @@ function agentsFor(home: string): void {
   writeAgent(dir, 'nap', { backend: 'command', command: ['node', FAKE, 'sleep', '3000'] });
 }
 
-async function startWorker(name: string, o: { roots?: string[]; concurrency?: number; args?: string[]; env?: Record<string, string> } = {}): Promise<WorkerProc> {
+/** Starts a worker; resolved once it has said it is up, or at once with `waitUp: false` (a Redis that is not up yet). */
+async function startWorker(name: string, o: { roots?: string[]; concurrency?: number; args?: string[]; env?: Record<string, string>; waitUp?: boolean } = {}): Promise<WorkerProc> {
   const home = path.join(t.base, `worker-${name}`);
   fs.mkdirSync(home, { mode: 0o700 });
   agentsFor(home);
@@ -60,6 +61,7 @@ async function startWorker(name: string, o: { roots?: string[]; concurrency?: nu
   child.stderr!.on('data', (c: Buffer) => { out += c.toString(); });
   const w: WorkerProc = { child, home, log: () => out, id: () => /worker (w-[\w-]+) on/.exec(out)?.[1] ?? null };
   workers.push(w);
+  if (o.waitUp === false) return w;
   await until(() => w.id() !== null || child.exitCode !== null, 30_000, 'the worker\'s start');
   if (!w.id()) throw new Error(`worker did not start: ${out}`);
   return w;
@@ -376,8 +378,14 @@ suite('queue, load sharing and faults', () => {
     // A server started while Redis is down, whose queue has never been connected, works too once Redis is back.
     const early = await server({ SUBAGENTS_REDIS_URL: redis.url });
     expect(textOf(await early.call('launch', { agent: 'echo', task: 'too early' }))).toMatch(/^BUSY: /);
+    // A worker started while Redis is down says so once, waits, and takes runs once Redis answers.
+    const w = await startWorker('before-redis', { waitUp: false });
+    await until(() => w.log().includes('does not answer'), 30_000, 'the worker saying Redis does not answer');
+    expect(w.log()).toContain('the connection was refused (ECONNREFUSED)');
+    expect(w.id()).toBeNull();
     await redis.restart();
-    const w = await startWorker('after');
+    await until(() => w.id() !== null, 30_000, 'the waiting worker up once Redis answers');
+    expect(w.log()).toContain('answers now');
     for (const srv of [early, await mainServer()]) {
       let back: string | null = null;
       let last = '';
@@ -391,6 +399,36 @@ suite('queue, load sharing and faults', () => {
     }
     await stopWorker(w);
   }, 120_000);
+});
+
+suite('a worker Redis refuses', () => {
+  it('wrong or missing credentials: the worker exits 1 naming Redis\'s refusal, never the password', async () => {
+    const locked = await startRedis();
+    try {
+      const admin = connect(locked.url, { blocking: true });
+      await admin.config('SET', 'requirepass', 'the-right-pw');
+      admin.disconnect();
+      const home = path.join(t.base, 'worker-refused');
+      fs.mkdirSync(home, { mode: 0o700 });
+      const cases: Array<[string, string]> = [[locked.url.replace('redis://', 'redis://:wrong-pw-never-shown@'), 'WRONGPASS'], [locked.url, 'NOAUTH']];
+      for (const [url, code] of cases) {
+        const child = spawn(process.execPath, [MAIN_JS, 'worker', '--redis', url, '--home', home, '--root', t.root], { env: { PATH: process.env.PATH, HOME: process.env.HOME }, stdio: ['ignore', 'ignore', 'pipe'] });
+        let err = '';
+        child.stderr!.on('data', (d: Buffer) => { err += d; });
+        const exit = await Promise.race([
+          new Promise<number | null>((r) => child.once('exit', (c) => r(c))),
+          new Promise<'hung'>((r) => setTimeout(() => r('hung'), 30_000)),
+        ]);
+        if (exit === 'hung') child.kill('SIGKILL');
+        expect(exit, err).toBe(1);
+        expect(err).toContain(`refused the worker: it refused the credentials or the command (${code})`);
+        expect(err).not.toContain('wrong-pw-never-shown');
+        expect(err).not.toMatch(/worker w-/);
+      }
+    } finally {
+      await locked.stop();
+    }
+  }, 90_000);
 });
 
 suite('nested delegation on a worker', () => {
