@@ -131,6 +131,7 @@ export async function watchCommand(ctx: ManagerContext, o: WatchOptions, out: (s
   };
   const feed = new HomeFeed(ctx, {
     since,
+    holdsProcess: true, // a home without runs yet has nothing else that keeps `watch` up until Ctrl-C
     onEvents: (events) => {
       for (const e of events) if (inSession(e)) out(o.json ? jsonLine(e) : humanLine(e, ctx));
     },

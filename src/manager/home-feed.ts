@@ -54,6 +54,14 @@ const MTIME_SLACK_MS = 2000;
 /** New output is announced at most this often per feed. */
 const OUTPUT_GAP_MS = 250;
 
+/**
+ * How long a line is held past its writer's time (or past its reading, if that is later) before `onEvents` gets it:
+ * lines of several runs reach the feed in different scans, a file event or a poll apart, and are handed on in cursor
+ * order only once no earlier line can still be on its way. Without it, a watcher that stopped after a line and
+ * resumed from its cursor would miss a line of another run read a moment later with an earlier time.
+ */
+const ORDER_HOLD_MS = 1000;
+
 /** How long a run that ended is still followed for the line that logs its end. */
 const END_LINE_GRACE_MS = 10_000;
 
@@ -75,7 +83,10 @@ interface Followed {
 export interface FeedOptions {
   /** Replay every event after this cursor first; null: only what happens from now on; 'start': the whole history. */
   since: Cursor | 'start' | null;
-  /** Events, in the home's order within each batch. */
+  /**
+   * Events, in the home's order: each line is handed on about ORDER_HOLD_MS after it was written, once every earlier
+   * line has come; a line read later than that (a machine stalled for longer) is handed on as soon as it is read.
+   */
   onEvents?: (events: HomeEvent[]) => void;
   /** Runs whose files changed (status, new run, removed run, new output), at most once per scan each. */
   onChange?: (runIds: string[], o: { output: string[] }) => void;
@@ -83,6 +94,8 @@ export interface FeedOptions {
   settled?: (runId: string) => boolean;
   /** The backing check of active runs (file events are the fast path). */
   pollMs?: number;
+  /** The feed's poll keeps the process alive (`watch`, which has nothing else to; a server has its transport). */
+  holdsProcess?: boolean;
 }
 
 /**
@@ -111,10 +124,16 @@ export class HomeFeed {
   private stopped = false;
   private lastOutputMs = -Infinity;
   private outputTimer: NodeJS.Timeout | null = null;
+  /** Lines read and not handed on yet (ORDER_HOLD_MS), in cursor order; `readMs` on the monotonic clock. */
+  private held: Array<{ at: Cursor; readMs: number; event: HomeEvent }> = [];
+  private holdTimer: NodeJS.Timeout | null = null;
 
   constructor(private readonly ctx: ManagerContext, private readonly o: FeedOptions) {}
 
-  /** Reads the history the options ask for (its events are delivered before this resolves), then follows. */
+  /**
+   * Reads the history the options ask for (its lines older than ORDER_HOLD_MS are delivered before this resolves, the
+   * rest follow in order), then follows.
+   */
   async start(): Promise<void> {
     // Unwatchable: the poll finds new runs.
     this.dirWatcher = new DirWatch([this.ctx.layout.runsDir], undefined, () => { this.wantNames = true; this.poke(); });
@@ -124,13 +143,15 @@ export class HomeFeed {
       this.wantAll = true;
       this.poke(true);
     }, this.o.pollMs ?? 1000);
-    this.timer.unref();
+    if (!this.o.holdsProcess) this.timer.unref();
   }
 
   stop(): void {
     this.stopped = true;
     if (this.timer) clearInterval(this.timer);
     if (this.outputTimer) clearTimeout(this.outputTimer);
+    if (this.holdTimer) clearTimeout(this.holdTimer);
+    this.held = []; // never handed on: a watcher resuming from its last line's cursor reads them
     this.dirWatcher?.close();
     for (const f of this.runs.values()) { f.watcher?.close(); f.outWatcher?.close(); }
     this.runs.clear();
@@ -231,9 +252,34 @@ export class HomeFeed {
   }
 
   private deliver(events: HomeEvent[], changed: string[], output: string[]): void {
-    events.sort((a, b) => compareCursors(parseCursor(a.cursor)!, parseCursor(b.cursor)!));
-    if (events.length) this.o.onEvents?.(events);
+    if (events.length && this.o.onEvents) {
+      const readMs = performance.now();
+      for (const event of events) {
+        const at = parseCursor(event.cursor);
+        if (at) this.held.push({ at, readMs, event }); // always: readFrom makes only cursors that parse
+      }
+      this.held.sort((a, b) => compareCursors(a.at, b.at));
+      this.release();
+    }
     if (changed.length || output.length) this.o.onChange?.(changed, { output });
+  }
+
+  /** Hands on the held lines, in cursor order, up to the first one still inside its hold; then waits for that one. */
+  private release(): void {
+    if (this.holdTimer) { clearTimeout(this.holdTimer); this.holdTimer = null; }
+    if (this.stopped) return;
+    const upToMs = Date.now() - ORDER_HOLD_MS;
+    const readBeforeMs = performance.now() - ORDER_HOLD_MS;
+    let n = 0;
+    while (n < this.held.length && (this.held[n]!.at.tsMs <= upToMs || this.held[n]!.readMs <= readBeforeMs)) n++;
+    const ready = this.held.splice(0, n).map((h) => h.event);
+    if (ready.length) this.o.onEvents?.(ready);
+    const next = this.held[0];
+    if (next && !this.stopped) {
+      const waitMs = Math.min(next.at.tsMs - upToMs, next.readMs - readBeforeMs);
+      this.holdTimer = setTimeout(() => this.release(), Math.max(10, Math.ceil(waitMs)));
+      this.holdTimer.unref();
+    }
   }
 
   /** Whether the run is still active (status not terminal), with a watch on its directory while it is. */
@@ -313,8 +359,10 @@ function parseLine(line: string): { ts: string; type: string; fields: Record<str
     const v = JSON.parse(line) as unknown;
     if (!v || typeof v !== 'object' || Array.isArray(v)) return null;
     const { ts, type, ...fields } = v as Record<string, unknown>;
-    if (typeof ts !== 'string' || typeof type !== 'string' || Number.isNaN(Date.parse(ts))) return null;
-    return { ts, type, fields };
+    // A time a cursor can carry (ms since the epoch, at most 15 digits): a line stamped before 1970 is damage.
+    const tsMs = typeof ts === 'string' ? Date.parse(ts) : NaN;
+    if (typeof type !== 'string' || !(tsMs >= 0 && tsMs < 1e15)) return null;
+    return { ts: ts as string, type, fields };
   } catch {
     return null;
   }

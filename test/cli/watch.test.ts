@@ -110,6 +110,86 @@ describe('subagents-mcp watch', { timeout: 180_000 }, () => {
   });
 });
 
+/** `watch` on homes that are new, damaged, or whose lines reach it out of their time order. */
+describe('subagents-mcp watch: a new home, a damaged line, lines read late', { timeout: 120_000 }, () => {
+  let t: ReturnType<typeof tempStateHome>;
+  let s: Started | undefined;
+  const streams: Array<ReturnType<typeof cliStream>> = [];
+  const homes: Array<ReturnType<typeof tempStateHome>> = [];
+  const servers: Started[] = [];
+  const newHome = () => {
+    const h = tempStateHome('sa-watch-new-');
+    homes.push(h);
+    writeAgent(path.join(h.home, 'agents'), 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
+    writeAgent(path.join(h.home, 'agents'), 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
+    return h;
+  };
+  const serve = async (h: ReturnType<typeof tempStateHome>) => {
+    const started = await startServer({ SUBAGENTS_HOME: h.home, SUBAGENTS_ROOTS: h.root });
+    servers.push(started);
+    return started;
+  };
+  beforeAll(async () => {
+    t = newHome();
+    s = await serve(t);
+  });
+  afterAll(async () => {
+    for (const w of streams) w.child.kill('SIGTERM');
+    for (const x of servers) await x.close();
+    for (const h of homes) h.cleanup();
+  });
+  const watch = (args: string[], home = t.home) => { const w = cliStream(['watch', ...args], { SUBAGENTS_HOME: home }); streams.push(w); return w; };
+  const launch = async (args: Record<string, unknown>, on = s!) => {
+    const r = await on.call('launch', args);
+    if (r.isError) throw new Error(JSON.stringify(r.content));
+    return sc(r).runId as string;
+  };
+
+  it('on a home nothing was launched in yet, follows until the first run comes', async () => {
+    const fresh = newHome();
+    expect(fs.existsSync(path.join(fresh.home, 'runs'))).toBe(false);
+    const w = watch(['--json'], fresh.home);
+    await new Promise((r) => setTimeout(r, 1500)); // its first look and a poll: a watcher that gave up has exited
+    expect(w.done, w.stderr()).toBe(false);
+    const first = await serve(fresh);
+    const a = await launch({ agent: 'echo', task: 'the first' }, first);
+    await waitTerminal(first, a);
+    await w.waitFor(`"runId":"${a}","sessionId"`);
+    await expect.poll(() => lines(w.stdout()).filter((l) => l.runId === a && l.type === 'ended').length, { timeout: 30_000 }).toBe(1);
+  });
+
+  it('skips a line stamped before 1970, as any line that does not parse, and replays the rest', async () => {
+    const a = await launch({ agent: 'echo', task: 'damaged later' });
+    await waitTerminal(s!, a);
+    fs.appendFileSync(path.join(t.home, 'runs', a, 'events.jsonl'), '{"ts":"1969-12-31T23:59:59.000Z","type":"garbled"}\n');
+    const h = watch(['--json', '--since', 'start']);
+    await expect.poll(() => lines(h.stdout()).filter((l) => l.runId === a && l.type === 'ended').length, { timeout: 30_000 }).toBe(1);
+    expect(lines(h.stdout()).filter((l) => l.type === 'garbled')).toEqual([]);
+    expect(h.stderr()).toBe('');
+  });
+
+  it('prints a line read after a later line of another run before that line (cursor order, so a resume misses nothing)', async () => {
+    const x = await launch({ agent: 'sleeper', task: 'x' });
+    const y = await launch({ agent: 'sleeper', task: 'y' });
+    for (const id of [x, y]) await expect.poll(async () => sc(await s!.call('status', { runId: id })).state, { timeout: 30_000 }).toBe('running');
+    const w = watch(['--json']);
+    await new Promise((r) => setTimeout(r, 1500)); // following both
+    // y's line is written first; x's, stamped 100 ms before it (a writer that took its time and then paused), after.
+    const yMs = Date.now();
+    fs.appendFileSync(path.join(t.home, 'runs', y, 'events.jsonl'), `${JSON.stringify({ ts: new Date(yMs).toISOString(), type: 'probe-y' })}\n`);
+    await new Promise((r) => setTimeout(r, 300));
+    fs.appendFileSync(path.join(t.home, 'runs', x, 'events.jsonl'), `${JSON.stringify({ ts: new Date(yMs - 100).toISOString(), type: 'probe-x' })}\n`);
+    await w.waitFor('"type":"probe-x"');
+    await w.waitFor('"type":"probe-y"');
+    const probes = lines(w.stdout()).filter((l) => l.type.startsWith('probe-'));
+    expect(probes.map((l) => l.type)).toEqual(['probe-x', 'probe-y']);
+    // Resumed after x's line, y's comes.
+    const r = watch(['--json', '--since', probes[0]!.cursor]);
+    await r.waitFor('"type":"probe-y"');
+    for (const id of [x, y]) await s!.call('cancel', { runId: id });
+  });
+});
+
 /** `watch --redis` with nothing listening at the address: it says so on stderr, and Ctrl-C still ends it. */
 describe('subagents-mcp watch --redis, Redis away', { timeout: 60_000 }, () => {
   it('says on stderr that Redis does not answer, and ends on SIGINT', async () => {
