@@ -23,9 +23,9 @@ export async function buildUi() {
   const js = Buffer.from(mcp.outputFiles[0].contents).toString('utf8').replaceAll('</script', '<\\/script');
   const css = fs.readFileSync(path.join(src, 'app.css'), 'utf8').replaceAll('</style', '<\\/style');
   const html = fs.readFileSync(path.join(src, 'index.html'), 'utf8')
-    .replace('<link rel="stylesheet" href="/app.css">', () => `<style>${css}</style>`)
-    .replace('<script type="module" src="/app.js"></script>', () => `<script type="module">${js}</script>`);
-  if (html.includes('src="/app.js"') || html.includes('href="/app.css"')) throw new Error('build-ui: index.html no longer has the tags mcp-app.html replaces');
+    .replace('<link rel="stylesheet" href="app.css">', () => `<style>${css}</style>`)
+    .replace('<script type="module" src="app.js"></script>', () => `<script type="module">${js}</script>`);
+  if (html.includes('src="app.js"') || html.includes('href="app.css"')) throw new Error('build-ui: index.html no longer has the tags mcp-app.html replaces');
   fs.writeFileSync(path.join(out, 'mcp-app.html'), html);
 }
 

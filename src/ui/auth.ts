@@ -13,6 +13,13 @@ export const newUiToken = (): string => randomBytes(24).toString('base64url');
 /** The cookie is per port: two dashboards on one machine must not overwrite each other's. */
 export const cookieName = (port: number): string => `subagents_ui_${port}`;
 
+/**
+ * The secret path the page lives under (`/s/<96 random bits>/`), the only path its cookie is sent to. Browsers send a
+ * host's cookies to every port of it: with `Path=/`, any other service on 127.0.0.1 the user visits (another user's,
+ * on a shared machine) would receive the token. No page elsewhere can name this path.
+ */
+export const newUiBasePath = (): string => `/s/${randomBytes(12).toString('base64url')}/`;
+
 /** Only `127.0.0.1:<port>` and `localhost:<port>`: a page of another site whose name resolves here sends its own name. */
 export function hostAllowed(host: string | undefined, port: number): boolean {
   return host === `127.0.0.1:${port}` || host === `localhost:${port}`;
@@ -41,6 +48,6 @@ export function cookieValue(req: IncomingMessage, name: string): string | undefi
   return undefined;
 }
 
-export function sessionCookie(port: number, token: string): string {
-  return `${cookieName(port)}=${token}; HttpOnly; SameSite=Strict; Path=/`;
+export function sessionCookie(port: number, token: string, basePath: string): string {
+  return `${cookieName(port)}=${token}; HttpOnly; SameSite=Strict; Path=${basePath}`;
 }

@@ -3,6 +3,7 @@ import { isRunId } from '../ids.js';
 import type { ManagerContext } from '../manager/context.js';
 import { listedError } from '../manager/status-view.js';
 import { readEvents } from '../store/event-log.js';
+import { openStateFile } from '../store/state-file.js';
 import { isTerminalRun, type RunRecord, type RunStatus, type StepStatus } from '../store/run-types.js';
 import type { RowCache } from './row-cache.js';
 
@@ -331,11 +332,12 @@ export class HomeModel {
   outputTail(runId: string, key: string, maxBytes: number): { key: string; text: string; bytes: number; from: number } | null {
     if (!this.allowed(runId) || !/^\d{1,6}(\.\d{1,6})?$/.test(key)) return null;
     const file = this.ctx.store.paths(runId).output(key);
-    let fd: number;
-    try { fd = fs.openSync(file, fs.constants.O_RDONLY | fs.constants.O_NOFOLLOW); } catch { return { key, text: '', bytes: 0, from: 0 }; }
+    // Never blocks on a FIFO in the file's place (the MCP App's server would block with it); such damage is STATE_CORRUPT.
+    const opened = openStateFile(file, `the output of step ${key} of ${runId}`);
+    if (opened === null) return { key, text: '', bytes: 0, from: 0 };
+    const { fd, size } = opened;
     try {
-      const size = fs.fstatSync(fd).size;
-      const from = Math.max(0, size - maxBytes);
+      const from = Math.max(0, size - Math.max(0, maxBytes));
       const buf = Buffer.alloc(size - from);
       const n = fs.readSync(fd, buf, 0, buf.length, from);
       let text = buf.subarray(0, n).toString('utf8');

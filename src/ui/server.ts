@@ -8,7 +8,7 @@ import type { ManagerContext } from '../manager/context.js';
 import { dismissRun } from '../manager/dismiss.js';
 import { HomeFeed } from '../manager/home-feed.js';
 import { DIST_DIR } from '../paths.js';
-import { cookieName, cookieValue, hostAllowed, newUiToken, originAllowed, sameSecret, sessionCookie } from './auth.js';
+import { cookieName, cookieValue, hostAllowed, newUiBasePath, newUiToken, originAllowed, sameSecret, sessionCookie } from './auth.js';
 import { HomeModel, MAX_PAGE_SIZE } from './model.js';
 import { RowCache } from './row-cache.js';
 import { RedisModel } from './redis-model.js';
@@ -62,6 +62,7 @@ export interface UiOptions { port?: number; token?: string; pollMs?: number }
 /** Starts the dashboard on 127.0.0.1 (never another interface). */
 export async function startUiServer(ctx: ManagerContext, o: UiOptions = {}): Promise<UiServer> {
   const token = o.token ?? newUiToken();
+  const basePath = newUiBasePath();
   const assets = new Map<string, Buffer>();
   for (const name of new Set(Object.values(ASSETS))) {
     try {
@@ -119,8 +120,10 @@ export async function startUiServer(ctx: ManagerContext, o: UiOptions = {}): Pro
     void handle(req, res).catch((e: unknown) => {
       // The error's kind only: a message may quote a path or a run's text.
       ctx.log(`ui: a request failed (${e instanceof Error ? `${e.name}${(e as NodeJS.ErrnoException).code ? ` ${(e as NodeJS.ErrnoException).code}` : ''}` : typeof e})`);
-      if (!res.headersSent) send(res, 500, { error: { code: 'INTERNAL', message: 'the dashboard could not answer this request; see the terminal that runs it' } });
-      else res.end();
+      if (res.headersSent) res.end();
+      // Damage in the home (a FIFO where a step's output goes …) is named as such, as the tools name it.
+      else if (isSubagentError(e)) send(res, 500, { error: { code: e.code, message: e.message } });
+      else send(res, 500, { error: { code: 'INTERNAL', message: 'the dashboard could not answer this request; see the terminal that runs it' } });
     });
   });
 
@@ -129,13 +132,15 @@ export async function startUiServer(ctx: ManagerContext, o: UiOptions = {}): Pro
       return sendText(res, 403, `403: this dashboard answers only to http://127.0.0.1:${port}/ and http://localhost:${port}/ (Host ${JSON.stringify(String(req.headers.host ?? '').slice(0, 80))} refused).`);
     }
     const url = new URL(req.url ?? '/', `http://127.0.0.1:${port}`);
+    // The page and its API live under the secret path (its cookie's); a script with the bearer token may leave it out.
+    const pathname = url.pathname.startsWith(basePath) ? `/${url.pathname.slice(basePath.length)}` : url.pathname;
     const method = req.method ?? 'GET';
     if (method !== 'GET' && method !== 'POST' && method !== 'HEAD') return sendText(res, 405, '405: method not allowed.');
     // The printed URL carries the token once: it becomes a cookie, and the address bar loses it.
     const given = url.searchParams.get('token');
     if (method === 'GET' && url.pathname === '/' && given !== null) {
       if (!sameSecret(given, token)) return sendText(res, 403, '403: wrong token. Open the URL that subagents-mcp ui printed.');
-      res.writeHead(303, { ...COMMON_HEADERS, 'Set-Cookie': sessionCookie(port, token), Location: '/' });
+      res.writeHead(303, { ...COMMON_HEADERS, 'Set-Cookie': sessionCookie(port, token, basePath), Location: basePath });
       res.end();
       return;
     }
@@ -148,20 +153,20 @@ export async function startUiServer(ctx: ManagerContext, o: UiOptions = {}): Pro
     if (method === 'POST') {
       if (!originAllowed(req.headers.origin, port)) return sendText(res, 403, '403: actions are accepted only from the dashboard page itself (Origin refused).');
       await drain(req);
-      const m = /^\/api\/runs\/([^/]+)\/(cancel|dismiss)$/.exec(url.pathname);
+      const m = /^\/api\/runs\/([^/]+)\/(cancel|dismiss)$/.exec(pathname);
       if (!m || !isRunId(m[1]!)) return send(res, 404, { error: { code: 'RUN_NOT_FOUND', message: 'no such run or action' } });
       await ready;
       return act(res, m[1]!, m[2] as 'cancel' | 'dismiss');
     }
-    const asset = ASSETS[url.pathname];
+    const asset = ASSETS[pathname];
     if (asset) {
       res.writeHead(200, { ...COMMON_HEADERS, 'Content-Type': TYPES[path.extname(asset)]! });
       res.end(method === 'HEAD' ? undefined : assets.get(asset));
       return;
     }
-    if (url.pathname.startsWith('/api/')) await ready;
-    if (url.pathname === '/api/events') return openStream(req, res);
-    if (url.pathname === '/api/runs') {
+    if (pathname.startsWith('/api/')) await ready;
+    if (pathname === '/api/events') return openStream(req, res);
+    if (pathname === '/api/runs') {
       const n = (k: string) => { const v = Number(url.searchParams.get(k)); return Number.isFinite(v) && v > 0 ? v : undefined; };
       const s = (k: string) => url.searchParams.get(k)?.slice(0, 200) || undefined;
       return send(res, 200, model.list({
@@ -169,11 +174,12 @@ export async function startUiServer(ctx: ManagerContext, o: UiOptions = {}): Pro
         page: n('page'), pageSize: Math.min(MAX_PAGE_SIZE, n('pageSize') ?? 50),
       }));
     }
-    const run = /^\/api\/runs\/([^/]+)(\/output)?$/.exec(url.pathname);
+    const run = /^\/api\/runs\/([^/]+)(\/output)?$/.exec(pathname);
     if (run) {
       const runId = run[1]!;
       if (run[2]) {
-        const bytes = Math.min(OUTPUT_TAIL_MAX, Number(url.searchParams.get('bytes')) || OUTPUT_TAIL_DEFAULT);
+        const asked = Math.floor(Number(url.searchParams.get('bytes')));
+        const bytes = Number.isFinite(asked) && asked > 0 ? Math.min(OUTPUT_TAIL_MAX, asked) : OUTPUT_TAIL_DEFAULT;
         const step = url.searchParams.get('step') ?? '';
         const tail = remote ? await remote.model.outputTailRemote(runId, step, bytes) : model.outputTail(runId, step, bytes);
         return tail ? send(res, 200, tail) : send(res, 404, { error: { code: 'RUN_NOT_FOUND', message: 'no such run or step' } });
@@ -205,21 +211,29 @@ export async function startUiServer(ctx: ManagerContext, o: UiOptions = {}): Pro
     req.on('close', () => clients.delete(res));
   }
 
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(o.port ?? 0, '127.0.0.1', () => { server.off('error', reject); resolve(); });
-  });
+  const stopFollowing = () => {
+    stopped = true;
+    feed?.stop();
+    remote?.stop();
+    clearInterval(audit);
+    clearInterval(heartbeat);
+  };
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(o.port ?? 0, '127.0.0.1', () => { server.off('error', reject); resolve(); });
+    });
+  } catch (e) {
+    stopFollowing(); // a port in use: nothing of this server may keep the process up (the home's watches)
+    throw e;
+  }
   port = (server.address() as { port: number }).port;
   return {
     url: `http://127.0.0.1:${port}/?token=${token}`,
     port,
     token,
     close: async () => {
-      stopped = true;
-      feed?.stop();
-      remote?.stop();
-      clearInterval(audit);
-      clearInterval(heartbeat);
+      stopFollowing();
       for (const c of clients) c.end();
       clients.clear();
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));

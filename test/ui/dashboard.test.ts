@@ -83,7 +83,7 @@ describe.skipIf(skipWithout('chromium', hasChromium()))('the dashboard in a real
     const bare = await p.goto(`${ui.base}/`);
     expect(bare!.status()).toBe(401);
     expect(await p.textContent('body')).toContain('no token');
-    const wrong = await p.goto(`${ui.base}/?token=nottherightone`);
+    const wrong = await p.goto(`${ui.base}/?token=nottherightone`); // the printed URL's form, with another token
     expect(wrong!.status()).toBe(403);
     const api = await rawRequest(ui.port, { path: '/api/runs', headers: { Host: `127.0.0.1:${ui.port}` } });
     expect(api.status).toBe(401);
@@ -91,6 +91,30 @@ describe.skipIf(skipWithout('chromium', hasChromium()))('the dashboard in a real
     expect(ok.status).toBe(303);
     expect(String(ok.headers['set-cookie'])).toMatch(/HttpOnly; SameSite=Strict/);
     await p.close();
+  });
+
+  it('scopes its cookie to the page\'s secret path: another service on 127.0.0.1 never receives it', async () => {
+    const ok = await rawRequest(ui.port, { path: `/?token=${ui.token}`, headers: { Host: `127.0.0.1:${ui.port}` } });
+    const location = String(ok.headers.location);
+    expect(location).toMatch(/^\/s\/[A-Za-z0-9_-]{16}\/$/);
+    expect(String(ok.headers['set-cookie'])).toContain(`; Path=${location}`);
+    // Browsers send a host's cookies to all its ports: a user who opened the dashboard then visits another local service.
+    const seen: string[] = [];
+    const other = http.createServer((req, res) => { seen.push(String(req.headers.cookie ?? '')); res.end('another service'); });
+    await new Promise<void>((r) => other.listen(0, '127.0.0.1', () => r()));
+    const p = await browser.newPage();
+    try {
+      await p.goto(ui.url);
+      expect(new URL(p.url()).pathname).toBe(location);
+      const port = (other.address() as { port: number }).port;
+      await p.goto(`http://127.0.0.1:${port}/`);
+      await p.goto(`http://127.0.0.1:${port}/api/runs`);
+      expect(seen.length).toBeGreaterThanOrEqual(2); // and the browser's own favicon requests
+      expect(seen.join('\n')).not.toContain(ui.token);
+    } finally {
+      await p.close();
+      other.close();
+    }
   });
 
   it('answers 403 to a foreign Host (DNS rebinding) and to an action from a foreign Origin, with no CORS headers', async () => {
@@ -132,18 +156,18 @@ describe.skipIf(skipWithout('chromium', hasChromium()))('the dashboard in a real
   it('shows a nested run under its parent step', async () => {
     const root = await launch({ agent: 'delegate', task: JSON.stringify({ launches: [{ agent: 'echo', task: 'from the child', label: 'nested echo' }], wait: true }), label: 'a delegating run' });
     await waitTerminal(s, root);
-    await page.goto(`${ui.base}/#/`);
+    await page.goto(`${ui.page}#/`);
     await page.locator(`tr[data-run="${root}"]`).waitFor({ timeout: 30_000 });
     const next = page.locator(`tr[data-run="${root}"] + tr`);
     await expect.poll(() => next.locator('.nest').textContent(), { timeout: 30_000 }).toContain('step 0');
     expect(await next.locator('td.label').textContent()).toBe('nested echo');
     expect(await next.getAttribute('class')).toBe('lvl1');
-    await page.goto(`${ui.base}/#/run/${root}`);
+    await page.goto(`${ui.page}#/run/${root}`);
     await expect.poll(() => page.locator('ul.children li').count(), { timeout: 30_000 }).toBe(1);
   });
 
   it('shows a new launch and its state change on screen without a reload', async () => {
-    await page.goto(`${ui.base}/#/`);
+    await page.goto(`${ui.page}#/`);
     await page.locator('table.runs').waitFor();
     await page.evaluate(() => { (window as unknown as { __same: number }).__same = 42; });
     const runId = await launch({ agent: 'gated', task: 'wait for the gate', label: 'gated run' });
@@ -156,7 +180,7 @@ describe.skipIf(skipWithout('chromium', hasChromium()))('the dashboard in a real
 
   it('grows the timeline while a step runs', async () => {
     const runId = await launch({ chain: [{ agent: 'echo', task: 'first step' }, { agent: 'sleeper', task: 'second step' }], label: 'a chain' });
-    await page.goto(`${ui.base}/#/run/${runId}`);
+    await page.goto(`${ui.page}#/run/${runId}`);
     const bar = page.locator('.tl-row[data-key="1"] .bar');
     await expect.poll(() => bar.getAttribute('class'), { timeout: 30_000 }).toContain('s-running');
     const width = async () => (await bar.boundingBox())?.width ?? 0;
@@ -168,7 +192,7 @@ describe.skipIf(skipWithout('chromium', hasChromium()))('the dashboard in a real
 
   it('follows a running step\'s output on its run page', async () => {
     const runId = await launch({ agent: 'gated-two', task: 'print, wait, print' });
-    await page.goto(`${ui.base}/#/run/${runId}`);
+    await page.goto(`${ui.page}#/run/${runId}`);
     await expect.poll(() => page.locator('pre.output').textContent(), { timeout: 30_000 }).toBe('first\n');
     expect(await page.locator('h2.title .badge').textContent()).toBe('running');
     fs.writeFileSync(gate('two'), '');
@@ -181,7 +205,7 @@ describe.skipIf(skipWithout('chromium', hasChromium()))('the dashboard in a real
     const pid = await firstAgentPid(t.home, runId);
     expect(pid).not.toBeNull();
     expect(procIdentity(pid!)).not.toBeNull();
-    await page.goto(`${ui.base}/#/run/${runId}`);
+    await page.goto(`${ui.page}#/run/${runId}`);
     await page.locator('#act-cancel').click();
     await expect(page.locator('#confirm').isVisible()).resolves.toBe(true);
     await page.keyboard.press('Escape'); // the dialog closes, the run goes on
@@ -197,7 +221,7 @@ describe.skipIf(skipWithout('chromium', hasChromium()))('the dashboard in a real
   it('shows an agent that prints HTML as text, and a label as text; dismisses after a confirmation', async () => {
     const runId = await launch({ agent: 'html', task: 'x', label: '<i id="lbl">label</i>' });
     await waitTerminal(s, runId);
-    await page.goto(`${ui.base}/#/run/${runId}`);
+    await page.goto(`${ui.page}#/run/${runId}`);
     await expect.poll(() => page.locator('pre.output').textContent(), { timeout: 30_000 }).toContain('<script>window.__pwned=1</script>');
     expect(await page.locator('#bold').count()).toBe(0);
     expect(await page.locator('#lbl').count()).toBe(0);
@@ -219,7 +243,7 @@ describe.skipIf(skipWithout('chromium', hasChromium()))('the dashboard in a real
   it('says so when an open run is removed under it (gc), without breaking', async () => {
     const runId = await launch({ agent: 'echo', task: 'short-lived' });
     await waitTerminal(s, runId);
-    await page.goto(`${ui.base}/#/run/${runId}`);
+    await page.goto(`${ui.page}#/run/${runId}`);
     await page.locator('h2.title').waitFor();
     fs.rmSync(path.join(t.home, 'runs', runId), { recursive: true, force: true });
     await expect.poll(() => page.locator('.notice').textContent().catch(() => ''), { timeout: 20_000 }).toContain('not in the state home');
