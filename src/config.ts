@@ -53,18 +53,24 @@ export const DEFAULT_PASS_ENV = ['LC_*', 'TZ', 'XDG_*', 'HTTP_PROXY', 'HTTPS_PRO
   'NODE_EXTRA_CA_CERTS', 'SSL_CERT_FILE', 'SSL_CERT_DIR'];
 
 interface NumberSetting { key: keyof Settings; env: string; def: number; min: number; max?: number }
+/**
+ * The longest time limit a timer can hold: Node runs a setTimeout of more than 2^31 − 1 ms after 1 ms, which would end
+ * every step under a longer limit at once (TIMEOUT) instead of never.
+ */
+const MAX_TIMER_MS = 2_147_483_647;
+
 const NUMBERS: NumberSetting[] = [
   { key: 'maxActiveRuns', env: 'SUBAGENTS_MAX_ACTIVE_RUNS', def: 8, min: 0 },
   { key: 'maxAgents', env: 'SUBAGENTS_MAX_AGENTS', def: 16, min: 1 },
   { key: 'maxSpawnsPerRun', env: 'SUBAGENTS_MAX_SPAWNS_PER_RUN', def: 64, min: 1 },
   { key: 'maxDepth', env: 'SUBAGENTS_MAX_DEPTH', def: 3, min: 1, max: 32 },
-  { key: 'defaultTimeoutMs', env: 'SUBAGENTS_DEFAULT_TIMEOUT_MS', def: 3_600_000, min: 100 },
-  { key: 'maxTimeoutMs', env: 'SUBAGENTS_MAX_TIMEOUT_MS', def: 14_400_000, min: 100 },
+  { key: 'defaultTimeoutMs', env: 'SUBAGENTS_DEFAULT_TIMEOUT_MS', def: 3_600_000, min: 100, max: MAX_TIMER_MS },
+  { key: 'maxTimeoutMs', env: 'SUBAGENTS_MAX_TIMEOUT_MS', def: 14_400_000, min: 100, max: MAX_TIMER_MS },
   { key: 'killGraceMs', env: 'SUBAGENTS_KILL_GRACE_MS', def: 5_000, min: 0, max: 600_000 },
   { key: 'maxWaitMs', env: 'SUBAGENTS_MAX_WAIT_MS', def: 45_000, min: 0, max: 3_600_000 },
   { key: 'handshakeTimeoutMs', env: 'SUBAGENTS_HANDSHAKE_TIMEOUT_MS', def: 10_000, min: 100, max: 600_000 },
   { key: 'maxQueued', env: 'SUBAGENTS_MAX_QUEUED', def: 64, min: 0 },
-  { key: 'queueTimeoutMs', env: 'SUBAGENTS_QUEUE_TIMEOUT_MS', def: 3_600_000, min: 100 },
+  { key: 'queueTimeoutMs', env: 'SUBAGENTS_QUEUE_TIMEOUT_MS', def: 3_600_000, min: 100, max: MAX_TIMER_MS },
   { key: 'lockWaitMs', env: 'SUBAGENTS_LOCK_WAIT_MS', def: 5_000, min: 50, max: 60_000 },
   { key: 'maxOutputBytes', env: 'SUBAGENTS_MAX_OUTPUT_BYTES', def: 64 * 1024 * 1024, min: 1024 },
   { key: 'warmRunners', env: 'SUBAGENTS_WARM_RUNNERS', def: 2, min: 0, max: 16 },
@@ -130,8 +136,10 @@ export function loadSettings(env: NodeJS.ProcessEnv, flags: Record<string, strin
   const xdg = env.XDG_STATE_HOME;
   const userHome = env.HOME || os.homedir();
   const home = homeRaw ?? (xdg ? path.join(xdg, 'subagents-mcp') : path.join(userHome, '.local', 'state', 'subagents-mcp'));
-  const rootsRaw = pick('roots', 'SUBAGENTS_ROOTS') ?? (flags['--root'] !== undefined ? [flags['--root']].flat().join(path.delimiter) : undefined);
-  if (flags['--root'] !== undefined) sources.roots = 'flag';
+  // `--root` (repeatable) and `--roots` (a list) are both the flag of SUBAGENTS_ROOTS: together they win over it.
+  const rootFlags = [flags['--roots'], flags['--root']].flat().filter((r): r is string => r !== undefined);
+  const rootsRaw = rootFlags.length > 0 ? rootFlags.join(path.delimiter) : pick('roots', 'SUBAGENTS_ROOTS');
+  if (rootFlags.length > 0) sources.roots = 'flag';
   const sessionId = pick('sessionId', 'SUBAGENTS_SESSION_ID') ?? null;
   if (sessionId !== null && (sessionId.length < 16 || sessionId.length > 128 || !/^[A-Za-z0-9_.:-]+$/.test(sessionId))) {
     throw new ConfigError('SUBAGENTS_SESSION_ID must be 16 to 128 characters of A-Z a-z 0-9 _ . : -');
@@ -154,7 +162,8 @@ export function loadSettings(env: NodeJS.ProcessEnv, flags: Record<string, strin
   const settings: Settings = {
     ...(out as Settings),
     home: path.resolve(cwd, homeRaw !== undefined ? home : home),
-    explicitRoots: rootsRaw !== undefined ? splitList(rootsRaw, path.delimiter).map((r) => path.resolve(cwd, r)) : null,
+    // A list of nothing (`:`, blanks) is no list: the client's roots apply, as when it is unset.
+    explicitRoots: rootsRaw !== undefined && splitList(rootsRaw, path.delimiter).length > 0 ? splitList(rootsRaw, path.delimiter).map((r) => path.resolve(cwd, r)) : null,
     trust: splitList(pick('trust', 'SUBAGENTS_TRUST') ?? '', path.delimiter).map((r) => path.resolve(cwd, r)),
     sessionId,
     agentsPath: splitList(pick('agentsPath', 'SUBAGENTS_AGENTS_PATH') ?? '', path.delimiter).map((r) => path.resolve(cwd, r)),

@@ -51,6 +51,15 @@ export function table(header: string[], rows: string[][]): string {
   return all.map((r) => r.map((c, i) => (i === r.length - 1 ? c : c.padEnd(widths[i]!))).join('  ').trimEnd()).join('\n');
 }
 
+/**
+ * Shows control characters as `\xNN`: a file name or a value a person reads in a report must not be able to forge a
+ * line (a newline) or drive the terminal (escape sequences), and nothing of it is dropped.
+ */
+export function printable(text: string): string {
+  // eslint-disable-next-line no-control-regex
+  return text.replace(/[\u0000-\u001f\u007f-\u009f]/g, (c) => `\\x${c.charCodeAt(0).toString(16).padStart(2, '0')}`);
+}
+
 /** Strips control characters (ANSI escapes, carriage returns) from text that came from a run, for one-line display. */
 export function oneLine(text: string, max = 60): string {
   // eslint-disable-next-line no-control-regex

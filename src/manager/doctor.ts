@@ -166,6 +166,10 @@ export async function runDoctor(ctx: ManagerContext, version: string): Promise<D
     backend: b.backend, bin: b.path ?? null, found: b.found, version: b.version ?? null, usable: b.found && !b.problem,
     ...(b.problem ? { problem: b.problem } : {}),
   }));
+  // Roots named that are no directory: launches into them are refused; none at all, every launch is.
+  const missingRoots = (s.explicitRoots ?? []).filter((r) => { try { return !fs.statSync(r).isDirectory(); } catch { return true; } });
+  if (s.explicitRoots && missingRoots.length === s.explicitRoots.length) problems.push(`no root SUBAGENTS_ROOTS names is an existing directory (${missingRoots.join(', ')}): every launch is refused CWD_NOT_ALLOWED`);
+  else if (missingRoots.length) warnings.push(`SUBAGENTS_ROOTS names ${missingRoots.length === 1 ? 'a path that is' : 'paths that are'} not a directory (${missingRoots.join(', ')}): launches there are refused`);
   if (!backends.some((b) => b.usable)) warnings.push('no agent CLI is usable here; only `backend: command` agents (like the demo\'s) can run');
 
   const listing = await listAgents(ctx);

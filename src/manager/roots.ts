@@ -27,6 +27,10 @@ export function fallbackRoots(cwd: string, env: NodeJS.ProcessEnv): string[] {
 /** Resolves a launch's `cwd` (relative to the first root) and checks it against the roots by realpath. */
 export function resolveRunCwd(ctx: ManagerContext, cwd: string | undefined): string {
   const roots = ctx.roots();
+  const named = ctx.settings.explicitRoots;
+  if (roots.length === 0 && named !== null) {
+    throw new SubagentError('CWD_NOT_ALLOWED', `no root SUBAGENTS_ROOTS (or --root) names is an existing directory (${named.slice(0, 4).map((r) => JSON.stringify(r.slice(0, 200))).join(', ')}${named.length > 4 ? ' …' : ''}); fix the path or create the directory.`);
+  }
   if (roots.length === 0) {
     throw new SubagentError('CWD_NOT_ALLOWED', 'no roots are configured: the server was started in / or the home directory and the client gave no MCP roots. Set SUBAGENTS_ROOTS to the project directories agents may work in.');
   }

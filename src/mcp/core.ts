@@ -35,11 +35,17 @@ export function buildContext(given: Settings, env: NodeJS.ProcessEnv, clientRoot
   // Started by an agent of a worker's run: its launches go to that run's Redis and pool, named by the step's budget
   // file, never by the environment (docs/scale-out.md, "Nested delegation").
   const settings: Settings = nesting?.redis ? { ...given, redisUrl: nesting.redis.url, pool: nesting.redis.pool } : given;
-  const explicit = settings.explicitRoots?.map(realpathOrNull).filter((r): r is string => r !== null) ?? null;
+  const named = settings.explicitRoots;
+  const resolveNamed = () => named?.map(realpathOrNull).filter((r): r is string => r !== null) ?? null;
+  let explicit = resolveNamed();
   const fallback = fallbackRoots(settings.cwd, env);
   const ctx: ManagerContext = {
     settings, layout, store, ledger, sessionRegistry, sessionId, server, nesting, env, log,
-    roots: () => explicit ?? clientRoots() ?? fallback,
+    // A named root that does not exist yet is looked for again at each use: made later, it is picked up.
+    roots: () => {
+      if (explicit !== null && explicit.length < named!.length) explicit = resolveNamed();
+      return explicit ?? clientRoots() ?? fallback;
+    },
     visibleSessions: () => sessions.visible(),
     distributed: distributedRuns(settings),
   };

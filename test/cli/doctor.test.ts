@@ -3,7 +3,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FIXTURE_AGENTS, MAIN_JS } from '../helpers/paths.js';
-import { sc, startServer } from '../helpers/server.js';
+import { sc, startServer, textOf } from '../helpers/server.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
 import { cli } from './helpers.js';
 
@@ -112,6 +112,50 @@ describe('doctor', { timeout: 180_000 }, () => {
       expect(d2.stdout).toContain(`${below} cannot be a directory: a part of its path is a file`);
       expect(r2.code).toBe(1);
       expect(r2.stderr).not.toContain('ENOTDIR');
+    } finally {
+      u.cleanup();
+    }
+  });
+
+  it('roots that name no directory: a problem when none does (exit 1), a warning when some do; the launch refusal names them', async () => {
+    const u = tempStateHome('sa-roots-');
+    try {
+      const typo = path.join(u.base, 'projetc');
+      const none = await cli(['doctor'], { SUBAGENTS_HOME: u.home, SUBAGENTS_ROOTS: typo });
+      expect(none.code).toBe(1);
+      expect(none.stdout).toContain(`problem: no root SUBAGENTS_ROOTS names is an existing directory (${typo})`);
+      const some = await cli(['doctor'], { SUBAGENTS_HOME: u.home, SUBAGENTS_ROOTS: [u.root, typo].join(path.delimiter) });
+      expect(some.code).toBe(0);
+      expect(some.stdout).toContain(`warning: SUBAGENTS_ROOTS names a path that is not a directory (${typo})`);
+      writeAgent(path.join(u.home, 'agents'), 'sleeper', { backend: 'command', command: ['node', FAKE, 'sleep', '60000'] });
+      const s = await startServer({ SUBAGENTS_HOME: u.home, SUBAGENTS_ROOTS: typo });
+      try {
+        const refused = await s.call('launch', { agent: 'sleeper', task: 'x' });
+        expect(refused.isError).toBe(true);
+        expect(textOf(refused)).toBe(`CWD_NOT_ALLOWED: no root SUBAGENTS_ROOTS (or --root) names is an existing directory (${JSON.stringify(typo)}); fix the path or create the directory.`);
+        // Made after the server started: picked up at the next launch.
+        fs.mkdirSync(typo, { mode: 0o700 });
+        const ok = await s.call('launch', { agent: 'sleeper', task: 'x' });
+        expect(ok.isError, textOf(ok)).toBeFalsy();
+        await s.call('cancel', { runId: sc(ok).runId });
+      } finally {
+        await s.close();
+      }
+    } finally {
+      u.cleanup();
+    }
+  });
+
+  it('shows control characters in file names escaped: a refused agent file cannot forge a line or drive the terminal', async () => {
+    const u = tempStateHome('sa-doctor-names-');
+    try {
+      const dir = path.join(u.home, 'agents');
+      fs.mkdirSync(dir, { mode: 0o700 });
+      fs.writeFileSync(path.join(dir, 'x\n  ok    reviewer (claude, operator)\u001b[2K.md'), '---\nname: [unclosed\n---\n', { mode: 0o600 });
+      const d = await cli(['doctor'], { SUBAGENTS_HOME: u.home });
+      expect(d.stdout).not.toContain('\u001b');
+      expect(d.stdout.split('\n').some((l) => l.startsWith('  ok    reviewer'))).toBe(false);
+      expect(d.stdout).toContain('x\\x0a  ok    reviewer (claude, operator)\\x1b[2K.md');
     } finally {
       u.cleanup();
     }
