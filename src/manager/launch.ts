@@ -367,6 +367,7 @@ async function enqueueLaunch(ctx: ManagerContext, q: QueuedLaunchInput): Promise
     indexed.catch(() => {});
     created = await ctx.store.publish(prepared, indexed);
     await created.durable;
+    testFault(ctx, 'server-before-enqueue');
   } catch (e) {
     removeQuietly(ctx.store.layout.runDir(runId));
     if (e instanceof SubagentError) throw e;

@@ -6,6 +6,7 @@ import { requestCancel, readCancelRequest } from '../lifecycle/cancel-request.js
 import { endRun } from '../lifecycle/run-lifecycle.js';
 import { removeStaleTemps } from '../store/atomic-write.js';
 import { ReadyFile, readStateFile } from '../store/state-files.js';
+import type { Ledger } from '../store/ledger.js';
 import { isTerminalRun } from '../store/run-types.js';
 import type { ManagerContext } from './context.js';
 import { serveQueue } from './queue.js';
@@ -43,7 +44,8 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
   if (status.state !== 'starting' && isAlive(status.runner)) return;
   // A queued run has no runner to lose; one being handed a slot is the queue's to repair (docs/limits.md, "The queue"):
   // a dead hand-off leaves its entry for the next server's launch, listing or sweep, which starts it again.
-  if (status.state === 'queued' || (status.state === 'starting' && status.attempt !== undefined)) return;
+  if (status.state === 'queued') { await endUnacknowledged(ctx, runId); return; }
+  if (status.state === 'starting' && status.attempt !== undefined) return;
   const record = ctx.store.readRecord(runId);
   if (!record) return;
   const paths = ctx.store.paths(runId);
@@ -110,6 +112,28 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
   // awaited: deleting thousands of files must not hold up the status answer that waits for this reconciliation;
   // gc sweeps what an exiting process cuts short.
   if (term.survivors.length === 0 && ours) void removeStaleWorktrees(ctx, runId);
+}
+
+/**
+ * A queued run whose launching server died after writing its directory and before adding it to the ledger's queue
+ * (the acknowledgement): no queue entry will ever start it or time it out, and its launch was never answered. It ends
+ * failed/HANDSHAKE_FAILED; its tree claimed nothing yet (the claim is made with the queue entry). A run in the queue,
+ * or in a slot being handed to it, is the queue's; one whose server lives is still being queued.
+ */
+async function endUnacknowledged(ctx: ManagerContext, runId: string): Promise<void> {
+  const record = ctx.store.readRecord(runId);
+  if (!record || isAlive(record.server)) return;
+  const holds = (l: Ledger): boolean => Boolean(l.queue?.[runId] || l.roots[runId]);
+  // The lock-free look settles the usual case (queued, its server gone since); the lock confirms a missing entry (a
+  // ledger being rebuilt from the runs is read empty without it).
+  if (holds(ctx.ledger.read())) return;
+  if (await ctx.ledger.change((l) => holds(l), { durable: false })) return;
+  await endRun(ctx, record, {
+    state: 'failed',
+    error: { code: 'HANDSHAKE_FAILED', message: 'the launching server ended before the run was queued; its launch was never acknowledged and nothing ran' },
+    from: ['queued'],
+  });
+  removeStaleTemps(ctx.store.paths(runId).dir, null);
 }
 
 /**

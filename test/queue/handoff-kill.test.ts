@@ -78,4 +78,26 @@ describe('a hand-off killed mid-way', () => {
     expect((await waitTerminal(healthy, b.runId, 60_000)).state).toBe('completed');
     expect(stepStarts(t.home, b.runId)).toBe(1);
   });
+
+  it('a server killed after writing a queued run, before queueing it: the run ends failed/HANDSHAKE_FAILED, never starts, holds nothing', async () => {
+    const a = sc(await healthy.call('launch', { agent: 'wait', task: gate('unacked-a') }));
+    expect(a.state).toBe('running');
+    const runs = path.join(t.home, 'runs');
+    const before = new Set(fs.readdirSync(runs));
+    const doomed = await startServer({ ...env(), SUBAGENTS_TEST_FAULT: 'server-before-enqueue' });
+    fs.writeFileSync(gate('unacked-b'), ''); // were it ever started, it would complete at once
+    const answer = await doomed.call('launch', { agent: 'wait', task: gate('unacked-b') }).then(() => 'answered', () => 'no answer');
+    expect(answer).toBe('no answer');
+    await doomed.close().catch(() => {});
+    const orphans = fs.readdirSync(runs).filter((n) => !before.has(n) && !n.startsWith('.'));
+    expect(orphans).toHaveLength(1);
+    const orphan = orphans[0]!;
+    expect(JSON.parse(fs.readFileSync(path.join(runs, orphan, 'status.json'), 'utf8')).state).toBe('queued');
+    expect(queueLedger(t.home).queue[orphan]).toBeUndefined();
+    expect(await waitTerminal(healthy, orphan, 30_000)).toMatchObject({ state: 'failed', error: { code: 'HANDSHAKE_FAILED' } });
+    fs.writeFileSync(gate('unacked-a'), '');
+    expect((await waitTerminal(healthy, a.runId)).state).toBe('completed');
+    expect(stepStarts(t.home, orphan)).toBe(0);
+    await until(() => Object.keys(queueLedger(t.home).roots).length === 0 && Object.keys(queueLedger(t.home).queue).length === 0, 'the ledger empty', 20_000);
+  });
 });
