@@ -16,10 +16,10 @@ export function checkStateHome(home: string): { problems: string[]; exists: bool
     st = fs.lstatSync(home);
   } catch (e) {
     const code = (e as NodeJS.ErrnoException).code;
-    if (code === 'ENOENT') return { problems, exists: false };
+    if (code === 'ENOENT') return { problems: creatable(home), exists: false };
     if (code === 'ENOTDIR') return { problems: [`${home} cannot be a directory: a part of its path is a file; choose another SUBAGENTS_HOME`], exists: false };
     if (code === 'EACCES') return { problems: [`${home} cannot be read: permission denied on a part of its path; choose another SUBAGENTS_HOME`], exists: false };
-    throw e;
+    return { problems: [`${home} cannot be used (${code ?? 'error'}); choose another SUBAGENTS_HOME`], exists: false };
   }
   if (st.isSymbolicLink()) problems.push(`${home} is a symlink; point SUBAGENTS_HOME at the real directory`);
   else if (!st.isDirectory()) problems.push(`${home} is not a directory`);
@@ -32,6 +32,50 @@ export function checkStateHome(home: string): { problems: string[]; exists: bool
     }
   }
   return { problems, exists: true };
+}
+
+/**
+ * Why a missing home could not be made, as far as a look can tell: its nearest existing ancestor must be a
+ * directory (not a dangling link, not a file) this user may write into.
+ */
+function creatable(home: string): string[] {
+  let up = path.dirname(path.resolve(home));
+  for (;;) {
+    try { fs.lstatSync(up); break; } catch { /* missing too: made with it */ }
+    const next = path.dirname(up);
+    if (next === up) break;
+    up = next;
+  }
+  try {
+    if (!fs.statSync(up).isDirectory()) return [`${home} cannot be made: ${up} is not a directory; choose another SUBAGENTS_HOME`];
+    fs.accessSync(up, fs.constants.W_OK);
+  } catch (e) {
+    const code = (e as NodeJS.ErrnoException).code;
+    return [code === 'ENOENT'
+      ? `${home} cannot be made: ${up} is a symlink to nothing (an unmounted volume?); choose another SUBAGENTS_HOME`
+      : `${home} cannot be made: ${up} is not writable by this user (${code ?? 'error'}); choose another SUBAGENTS_HOME`];
+  }
+  return [];
+}
+
+/**
+ * Makes the home and its missing ancestors (0700) one by one: Node's recursive mkdir loops forever where a parent
+ * exists but the child cannot be made (a path under /proc), and its errors do not say which setting is at fault.
+ */
+function makeHome(home: string): void {
+  const missing: string[] = [];
+  for (let p = path.resolve(home); ; p = path.dirname(p)) {
+    try { fs.lstatSync(p); break; } catch { missing.unshift(p); }
+    if (path.dirname(p) === p) break;
+  }
+  for (const dir of missing) {
+    try {
+      fs.mkdirSync(dir, { mode: 0o700 });
+    } catch (e) {
+      const code = (e as NodeJS.ErrnoException).code;
+      if (code !== 'EEXIST') throw new UnsafeStateHomeError(`unusable state home: ${home} cannot be made (${code ?? 'error'} at ${dir}); choose another SUBAGENTS_HOME, or make the directory yourself (mode 700)`);
+    }
+  }
 }
 
 /** The home's fixed directories and its one shared file, each of which must be what it is named (or absent). */
@@ -66,7 +110,7 @@ export function checkHomeEntries(home: string): string[] {
 export function openStateHome(home: string): { runs: DirSnapshot | null } {
   const before = checkStateHome(home);
   if (before.problems.length) throw new UnsafeStateHomeError(`unsafe state home: ${before.problems.join('; ')}`);
-  if (!before.exists) fs.mkdirSync(home, { recursive: true, mode: 0o700 });
+  if (!before.exists) makeHome(home);
   const after = checkStateHome(home);
   if (after.problems.length) throw new UnsafeStateHomeError(`unsafe state home: ${after.problems.join('; ')}`);
   const broken = checkHomeEntries(home);

@@ -117,6 +117,30 @@ describe('doctor', { timeout: 180_000 }, () => {
     }
   });
 
+  it('a home that cannot be made (below a dangling link, under /proc, a name too long): doctor names it (exit 1), a server exits saying so', async () => {
+    const u = tempStateHome('sa-unmakeable-');
+    try {
+      fs.symlinkSync(path.join(u.base, 'unmounted-volume'), path.join(u.base, 'state'));
+      const homes: Array<[string, string]> = [
+        [path.join(u.base, 'state', 'home'), 'is a symlink to nothing'],
+        [path.join(u.base, 'x'.repeat(300), 'home'), 'cannot be used (ENAMETOOLONG)'],
+      ];
+      if (fs.existsSync('/proc/1')) homes.push(['/proc/1/nope', 'cannot be made']);
+      for (const [home, why] of homes) {
+        const d = await cli(['doctor'], { SUBAGENTS_HOME: home });
+        expect(d.code, home).toBe(1);
+        expect(d.stdout).toContain(why);
+        // Node's recursive mkdir loops forever under /proc: the server must exit, with the setting to change.
+        const serve = spawnSync(process.execPath, [MAIN_JS, 'serve'], { env: { PATH: process.env.PATH, SUBAGENTS_HOME: home }, input: '', encoding: 'utf8', timeout: 20_000 });
+        expect(serve.status, `${home}: ${serve.stderr}`).toBe(2);
+        expect(serve.stderr).toContain('choose another SUBAGENTS_HOME');
+        expect(serve.stderr).not.toMatch(/^\s+at /m);
+      }
+    } finally {
+      u.cleanup();
+    }
+  });
+
   it('roots that name no directory: a problem when none does (exit 1), a warning when some do; the launch refusal names them', async () => {
     const u = tempStateHome('sa-roots-');
     try {
