@@ -127,7 +127,7 @@ export function loadSettings(env: NodeJS.ProcessEnv, flags: Record<string, strin
       if (!/^\d+$/.test(raw.trim())) throw new ConfigError(`${n.env} must be a whole number, got ${JSON.stringify(raw.slice(0, 40))}`);
       value = Number(raw.trim());
       if (value < n.min || (n.max !== undefined && value > n.max)) {
-        throw new ConfigError(`${n.env} must be between ${n.min} and ${n.max ?? 'any'}, got ${value}`);
+        throw new ConfigError(n.max === undefined ? `${n.env} must be at least ${n.min}, got ${value}` : `${n.env} must be between ${n.min} and ${n.max}, got ${value}`);
       }
     }
     (out as Record<string, number>)[n.key] = value;

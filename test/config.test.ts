@@ -1,6 +1,7 @@
 import path from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { loadSettings } from '../src/config.js';
+import { parseServeFlags, SETTING_ENV_NAMES } from '../src/serve-flags.js';
 
 /** Settings from flags and the environment (docs/contract.md, "Settings"). */
 describe('loadSettings', () => {
@@ -22,5 +23,16 @@ describe('loadSettings', () => {
     const none = loadSettings(env, {}, '/');
     expect(none.explicitRoots).toEqual(['/env/root']);
     expect(none.sources.roots).toBe('env');
+  });
+
+  it('every numeric setting has its flag, which wins over its variable; a lower bound alone says "at least"', () => {
+    const flags = parseServeFlags(['--lock-wait-ms', '100', '--warm-runners', '0', '--warm-idle-ms', '2000', '--warm-runner-runs', '3']);
+    const s = loadSettings({ SUBAGENTS_WARM_RUNNERS: '4', SUBAGENTS_LOCK_WAIT_MS: '900' }, flags);
+    expect([s.lockWaitMs, s.warmRunners, s.warmIdleMs, s.warmRunnerRuns]).toEqual([100, 0, 2000, 3]);
+    expect(s.sources.warmRunners).toBe('flag');
+    for (const env of ['SUBAGENTS_LOCK_WAIT_MS', 'SUBAGENTS_WARM_RUNNERS', 'SUBAGENTS_WARM_IDLE_MS', 'SUBAGENTS_WARM_RUNNER_RUNS', 'SUBAGENTS_MAX_QUEUED']) {
+      expect(SETTING_ENV_NAMES, env).toContain(env);
+    }
+    expect(() => loadSettings({ SUBAGENTS_MAX_AGENTS: '0' })).toThrow('SUBAGENTS_MAX_AGENTS must be at least 1, got 0');
   });
 });

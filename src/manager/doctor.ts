@@ -75,6 +75,7 @@ function settingRows(s: Settings, warmIdle: number): DoctorReport['settings'] {
   add('SUBAGENTS_PASS_ENV', 'passEnv', s.passEnv.join(' '));
   add('SUBAGENTS_MAX_WAIT_MS', 'maxWaitMs', String(s.maxWaitMs));
   add('SUBAGENTS_HANDSHAKE_TIMEOUT_MS', 'handshakeTimeoutMs', String(s.handshakeTimeoutMs));
+  add('SUBAGENTS_LOCK_WAIT_MS', 'lockWaitMs', String(s.lockWaitMs));
   add('SUBAGENTS_MAX_QUEUED', 'maxQueued', String(s.maxQueued));
   add('SUBAGENTS_QUEUE_TIMEOUT_MS', 'queueTimeoutMs', String(s.queueTimeoutMs));
   add('SUBAGENTS_MAX_OUTPUT_BYTES', 'maxOutputBytes', String(s.maxOutputBytes));

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { FIXTURE_AGENTS, MAIN_JS } from '../helpers/paths.js';
 import { sc, startServer, textOf } from '../helpers/server.js';
 import { tempStateHome, writeAgent } from '../helpers/state-home.js';
+import { SETTING_ENV_NAMES } from '../../src/serve-flags.js';
 import { cli } from './helpers.js';
 
 const FAKE = path.join(FIXTURE_AGENTS, 'fake-agent.mjs');
@@ -115,6 +116,13 @@ describe('doctor', { timeout: 180_000 }, () => {
     } finally {
       u.cleanup();
     }
+  });
+
+  it('shows every setting a flag or variable sets, with where its value came from', async () => {
+    const r = await cli(['doctor', '--json', '--lock-wait-ms', '200'], env);
+    const rows = (JSON.parse(r.stdout) as { settings: Array<{ env: string; source: string; value: string }> }).settings;
+    expect(rows.map((x) => x.env)).toEqual(expect.arrayContaining(SETTING_ENV_NAMES));
+    expect(rows.find((x) => x.env === 'SUBAGENTS_LOCK_WAIT_MS')).toMatchObject({ source: 'flag', value: '200' });
   });
 
   it('a home that cannot be made (below a dangling link, under /proc, a name too long): doctor names it (exit 1), a server exits saying so', async () => {
