@@ -159,6 +159,10 @@ function parseYaml(text: string): YamlResult {
   const err = doc.errors[0];
   // yaml's own messages quote the offending line, so only its code and position are reported.
   if (err) return { ok: false, reason: `front matter is not valid YAML (${err.code}${at(err.linePos?.[0])})` };
+  // A tag the core schema does not know (`!!js/function`) is only a warning to yaml, which keeps the plain value:
+  // refused all the same, since whoever wrote it meant something this file cannot be.
+  const tag = doc.warnings.find((w) => w.code === 'TAG_RESOLVE_FAILED');
+  if (tag) return { ok: false, reason: `front matter uses a YAML tag the core schema does not have (${tag.code}${at(tag.linePos?.[0])}); plain values only` };
   try {
     return { ok: true, value: doc.toJS({ maxAliasCount: 20 }) };
   } catch {

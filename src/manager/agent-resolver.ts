@@ -2,7 +2,7 @@ import fs from 'node:fs';
 import path from 'node:path';
 import { adapterFor } from '../agents/adapters/index.js';
 import { expandAgentDir } from '../agents/adapters/command.js';
-import { loadCatalog, type Catalog } from '../agents/catalog.js';
+import { loadCatalog, type Catalog, type RefusedAgent } from '../agents/catalog.js';
 import { loadYamlParser } from '../agents/definition.js';
 import { resolveBin } from '../agents/resolve-bin.js';
 import type { AgentDefinition, FrozenAgent } from '../agents/types.js';
@@ -42,7 +42,9 @@ export function locateBackend(def: SnapshotAgent, ctx: Pick<ManagerContext, 'set
   if (def.backend === 'command') {
     const argv0 = expandAgentDir(def.command?.[0] ?? '', def.path);
     const bin = resolve(argv0, { pathEnv: ctx.env.PATH });
-    return bin ? { bin, problem: null } : { bin: null, problem: `command ${path.basename(argv0)} was not found or is not executable` };
+    // The whole path: which file is missing or not executable is the point. A relative one is never looked up.
+    const relative = argv0.includes('/') && !path.isAbsolute(argv0);
+    return bin ? { bin, problem: null } : { bin: null, problem: `command ${JSON.stringify(argv0.slice(0, 300))} ${relative ? 'is a relative path, which is never used: give an absolute path, ${agentDir}/… for a file beside the agent file, or a name on PATH' : 'was not found or is not executable'}` };
   }
   const override = ctx.settings.bins[def.backend];
   const bin = resolve(adapter.binName, { override, pathEnv: ctx.env.PATH });
@@ -93,12 +95,24 @@ export function freezeAgent(ctx: ManagerContext, catalog: Map<string, AgentDefin
   const def = catalog.get(name);
   if (!def) {
     const known = [...catalog.keys()].sort().slice(0, 20).join(', ') || 'none';
-    throw new SubagentError('UNKNOWN_AGENT', `no agent named ${JSON.stringify(name.slice(0, 64))}; known agents: ${known}. Call the agents tool to list them.`);
+    // A file that defines the name but was refused is what the caller needs to hear about (the agents tool lists it too).
+    const refused = ctx.nesting ? undefined : refusedNamed(ctx, name);
+    const why = refused ? `: its file ${JSON.stringify(refused.path)} (${refused.source}) was refused: ${refused.reason}` : '';
+    throw new SubagentError('UNKNOWN_AGENT', `no agent named ${JSON.stringify(name.slice(0, 64))}${why}; known agents: ${known}. Call the agents tool to list them.`);
   }
   const { bin, problem } = locateBackend(def, ctx);
   if (!bin) throw new SubagentError('AGENT_UNAVAILABLE', `agent ${def.name} (backend ${def.backend}) cannot run here: ${problem}.`);
   const { rootBin: _rootBin, ...frozen } = def as SnapshotAgent;
   return { ...frozen, bin };
+}
+
+/** The refusal of a file that defines `name`, if one was refused (the catalog is cached: this costs no reread). */
+function refusedNamed(ctx: ManagerContext, name: string): RefusedAgent | undefined {
+  try {
+    return loadCatalog({ settings: ctx.settings, bundledDir: BUNDLED_AGENTS_DIR }).refused.find((r) => r.name === name);
+  } catch {
+    return undefined;
+  }
 }
 
 export function fileExists(p: string): boolean {

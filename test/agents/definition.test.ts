@@ -147,6 +147,7 @@ describe('parseAgentFile: refusals name the key and never quote contents', () =>
     ['front matter not a mapping', `---\n- ${SECRET}\n---\n`, /must be a mapping/],
     ['invalid YAML', `---\nname: a\ndescription: [${SECRET}\n---\n`, /^front matter is not valid YAML \([A-Z_]+ at line \d+ of the file, column \d+\)$/],
     ['duplicate keys', `---\nname: a\nname: b\ndescription: ${SECRET}\n---\n`, /DUPLICATE_KEY/],
+    ['a tag the core schema lacks', `---\nname: a\ndescription: !!js/function "${SECRET}"\n---\n`, /^front matter uses a YAML tag the core schema does not have \(TAG_RESOLVE_FAILED at line 3 of the file, column \d+\); plain values only$/],
     ['missing name', file(`description: ${SECRET}`), /^name: required/],
     ['bad name', file(`name: ${SECRET}\ndescription: d`), /^name: must match/],
     ['name starting with a dot', file('name: .hidden\ndescription: d'), /^name: must match/],
@@ -194,9 +195,11 @@ describe('parseAgentFile: refusals name the key and never quote contents', () =>
     expect(r2).not.toHaveProperty('name');
   });
 
-  it('never executes or constructs anything from tags', () => {
-    const def = ok(file('name: a\ndescription: !!js/function "function () { return 1 }"'));
-    expect(typeof def.description).toBe('string');
+  it('never executes or constructs anything from tags: a tag the core schema lacks is refused', () => {
+    for (const tagged of ['!!js/function "function () { return 1 }"', '!custom value', '!!python/object:os.system x']) {
+      expect(refused(file(`name: a\ndescription: ${tagged}`)), tagged).toMatch(/YAML tag the core schema does not have/);
+    }
+    expect(ok(file('name: a\ndescription: !!str plain')).description).toBe('plain'); // a core tag is data
   });
 });
 

@@ -28,6 +28,9 @@ describe('bad input: a clear coded refusal, nothing created on disk, the server 
   beforeAll(async () => {
     t = tempStateHome();
     writeAgent(path.join(t.home, 'agents'), 'echo', { backend: 'command', command: ['node', FAKE, 'echo'] });
+    writeAgent(path.join(t.home, 'agents'), 'mybot', { backend: 'Claude' }); // refused: backends are lower case
+    writeAgent(path.join(t.home, 'agents'), 'relcmd', { backend: 'command', command: ['./tools/run.sh'] });
+    writeAgent(path.join(t.home, 'agents'), 'abscmd', { backend: 'command', command: ['/opt/missing/bin/runner'] });
     outside = path.join(t.base, 'outside');
     fs.mkdirSync(outside);
     fs.mkdirSync(path.join(t.root, 'sub'));
@@ -92,6 +95,14 @@ describe('bad input: a clear coded refusal, nothing created on disk, the server 
     expect(text).toContain('nope');
     await refused('launch', { tasks: [{ agent: 'echo', task: 'x' }, { agent: 'missing', task: 'y' }] }, 'UNKNOWN_AGENT');
     await refused('launch', { agent: '../../etc/passwd', task: 'x' }, 'UNKNOWN_AGENT');
+  });
+
+  it('an agent whose file was refused: UNKNOWN_AGENT naming the file and why; a command not found: its whole path', async () => {
+    const mybot = await refused('launch', { agent: 'mybot', task: 'x' }, 'UNKNOWN_AGENT');
+    expect(mybot).toContain(`no agent named "mybot": its file ${JSON.stringify(path.join(t.home, 'agents', 'mybot.md'))} (home) was refused: backend`);
+    expect(await refused('launch', { agent: 'abscmd', task: 'x' }, 'AGENT_UNAVAILABLE')).toContain('command "/opt/missing/bin/runner" was not found or is not executable');
+    expect(await refused('launch', { agent: 'relcmd', task: 'x' }, 'AGENT_UNAVAILABLE')).toContain('command "./tools/run.sh" is a relative path, which is never used');
+    expect(runDirs(t.home)).toEqual([]);
   });
 
   it('a cwd outside the roots answers CWD_NOT_ALLOWED, including through a symlink inside a root', async () => {
