@@ -1,5 +1,5 @@
 import type { Server } from '@modelcontextprotocol/sdk/server/index.js';
-import { ErrorCode, McpError, type CallToolResult, type CreateTaskResult, type Task } from '@modelcontextprotocol/sdk/types.js';
+import { ErrorCode, type CallToolResult, type CreateTaskResult, type Task } from '@modelcontextprotocol/sdk/types.js';
 import type { Settings } from '../config.js';
 import { SubagentError } from '../errors.js';
 import { newSessionId } from '../ids.js';
@@ -19,6 +19,7 @@ import { FeedNotifier } from './feed-notifier.js';
 import * as tasks from './tasks.js';
 import type { ToolEnv, ToolExtra } from './tool.js';
 import { loadTool, TOOL_NAMES } from './tools/lazy.js';
+import { RpcError } from './rpc-error.js';
 
 /**
  * Everything behind the protocol surface: the manager context, the tools' handlers, resources, the run watcher and
@@ -85,11 +86,11 @@ const distributedSubscriptions = new Map<string, () => void>();
 /** A run's resources are updated at each change published on its channel (docs/scale-out.md, "What lives in Redis"). */
 async function subscribeDistributed(ctx: ManagerContext, server: Server, uri: string): Promise<void> {
   const runId = /^subagents:\/\/runs\/([^/?#]+)/.exec(uri)?.[1];
-  if (!runId) throw new McpError(ErrorCode.InvalidParams, `Resource not found: ${uri.slice(0, 200)}`);
+  if (!runId) throw new RpcError(ErrorCode.InvalidParams, `Resource not found: ${uri.slice(0, 200)}`);
   try {
     await ctx.distributed!.runState(ctx, runId);
   } catch (e) {
-    if (e instanceof SubagentError && e.code === 'RUN_NOT_FOUND') throw new McpError(ErrorCode.InvalidParams, `Resource not found: ${uri.slice(0, 200)}`);
+    if (e instanceof SubagentError && e.code === 'RUN_NOT_FOUND') throw new RpcError(ErrorCode.InvalidParams, `Resource not found: ${uri.slice(0, 200)}`);
     throw e;
   }
   if (distributedSubscriptions.has(uri)) return;

@@ -1,11 +1,12 @@
 import { isAscii, isUtf8 } from 'node:buffer';
-import { McpError, ErrorCode, type ReadResourceResult, type Resource } from '@modelcontextprotocol/sdk/types.js';
+import { ErrorCode, type ReadResourceResult, type Resource } from '@modelcontextprotocol/sdk/types.js';
 import type { ManagerContext } from '../manager/context.js';
 import { SubagentError } from '../errors.js';
 import { charLength, incompleteTail, isContinuation } from '../utf8-cut.js';
 import { listVisible, listVisibleRuns, readMeta, requireRecord, requireVisible } from '../manager/listing.js';
 import { readFileBytes } from '../manager/run-files.js';
 import { freshStatus } from '../manager/run-status.js';
+import { RpcError } from './rpc-error.js';
 import { MAX_OUTPUT_BYTES, renderRun } from '../manager/status-view.js';
 
 /** Reads past this are paged with ?offset=&length= (the SDK client drops a connection on a message over 10 MiB). */
@@ -25,8 +26,8 @@ export const RESOURCE_TEMPLATES = [
 export function runUri(runId: string): string { return `subagents://runs/${runId}`; }
 
 /** Same answer for "does not exist" and "not yours": the spec's not-found error. */
-function notFound(uri: string): McpError {
-  return new McpError(ErrorCode.InvalidParams, `Resource not found: ${uri.slice(0, 200)}`);
+function notFound(uri: string): RpcError {
+  return new RpcError(ErrorCode.InvalidParams, `Resource not found: ${uri.slice(0, 200)}`);
 }
 
 interface Cursor { createdAt: string; runId: string }
@@ -37,7 +38,7 @@ function decodeCursor(text: string): Cursor {
     const v = JSON.parse(Buffer.from(text, 'base64url').toString('utf8')) as unknown;
     if (Array.isArray(v) && typeof v[0] === 'string' && typeof v[1] === 'string') return { createdAt: v[0], runId: v[1] };
   } catch { /* fall through */ }
-  throw new McpError(ErrorCode.InvalidParams, 'Invalid cursor: pass the nextCursor of the previous resources/list page, or none for the first page.');
+  throw new RpcError(ErrorCode.InvalidParams, 'Invalid cursor: pass the nextCursor of the previous resources/list page, or none for the first page.');
 }
 
 /** Newest first; the run id breaks ties so that the order is total and a cursor is a position in it. */
@@ -142,7 +143,7 @@ function wantsBase64(uri: string, q: URLSearchParams): boolean {
   const e = q.get('encoding');
   if (e === null || e === '' || e === 'text') return false;
   if (e === 'base64') return true;
-  throw new McpError(ErrorCode.InvalidParams, `Invalid encoding ${JSON.stringify(e.slice(0, 20))} in ${uri.slice(0, 200)}: use encoding=base64 for the exact bytes, or none for text.`);
+  throw new RpcError(ErrorCode.InvalidParams, `Invalid encoding ${JSON.stringify(e.slice(0, 20))} in ${uri.slice(0, 200)}: use encoding=base64 for the exact bytes, or none for text.`);
 }
 
 interface ParsedUri { runId: string; part: 'status' | 'output' | 'events' | 'step' | 'patch'; stepKey?: string; query: URLSearchParams }

@@ -3,6 +3,7 @@ import { ErrorCode, McpError, type CallToolResult } from '@modelcontextprotocol/
 import type * as z from 'zod';
 import { SubagentError } from '../errors.js';
 import { peopleCommand } from '../invocation.js';
+import { RpcError } from './rpc-error.js';
 
 /** A success: everything in structuredContent (some clients show the model only that), and the same as text. */
 export function success(value: Record<string, unknown>, text?: string): CallToolResult {
@@ -21,11 +22,12 @@ export function refusal(e: unknown, log: (line: string) => void): CallToolResult
  * The same for the protocol's other requests (resources/read, subscribe, completion): a JSON-RPC error whose message
  * starts with the code. The protocol's own errors (a resource not found, a bad cursor) pass as they are.
  */
-export function protocolError(e: unknown, log: (line: string) => void): McpError {
-  if (e instanceof McpError) return e;
+export function protocolError(e: unknown, log: (line: string) => void): Error {
+  if (e instanceof RpcError || e instanceof McpError) return e;
   const err = coded(e, log);
-  return new McpError(err.code === 'INTERNAL' ? ErrorCode.InternalError : ErrorCode.InvalidParams, err.text);
+  return new RpcError(err.code === 'INTERNAL' ? ErrorCode.InternalError : ErrorCode.InvalidParams, err.text);
 }
+
 
 function coded(e: unknown, log: (line: string) => void): SubagentError {
   if (e instanceof SubagentError) return e;

@@ -1,5 +1,5 @@
 import { StdioServerTransport } from '@modelcontextprotocol/sdk/server/stdio.js';
-import { refuseNonObjectArguments } from './arguments-guard.js';
+import { refuseMalformedRequests } from './arguments-guard.js';
 import { loadSettings, type Settings } from '../config.js';
 import { newSessionId } from '../ids.js';
 import { setOriginalUmask } from '../manager/original-umask.js';
@@ -94,6 +94,6 @@ export async function serve(flags: Record<string, string | string[] | undefined>
 
   const transport = new StdioServerTransport();
   await server.connect(transport);
-  refuseNonObjectArguments(transport);
+  refuseMalformedRequests(transport);
   registering();
 }

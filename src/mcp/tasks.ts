@@ -1,10 +1,11 @@
-import { ErrorCode, McpError, type CallToolResult, type CreateTaskResult, type Task } from '@modelcontextprotocol/sdk/types.js';
+import { ErrorCode, type CallToolResult, type CreateTaskResult, type Task } from '@modelcontextprotocol/sdk/types.js';
 import { SubagentError } from '../errors.js';
 import { cancelRun } from '../manager/cancel.js';
 import { requireVisible } from '../manager/listing.js';
 import { freshStatus } from '../manager/run-status.js';
 import type { RunStatus } from '../store/run-types.js';
 import { listResources } from './resources.js';
+import { RpcError } from './rpc-error.js';
 import type { ToolEnv, ToolExtra } from './tool.js';
 import { loadTool } from './tools/lazy.js';
 
@@ -35,9 +36,9 @@ export function taskOf(runId: string, createdAt: string, s: Pick<RunStatus, 'sta
 }
 
 /** A refusal as a JSON-RPC error: a task-creating call answers with a task or an error, never a tool result. */
-function asMcpError(r: CallToolResult, code = ErrorCode.InvalidParams): McpError {
+function asRpcError(r: CallToolResult, code = ErrorCode.InvalidParams): RpcError {
   const c = r.content[0];
-  return new McpError(code, c && c.type === 'text' ? c.text : 'refused');
+  return new RpcError(code, c && c.type === 'text' ? c.text : 'refused');
 }
 
 /** The run behind `taskId`, as this session may see it; anything else is the spec's invalid-params "not found". */
@@ -47,16 +48,16 @@ async function runOf(env: ToolEnv, taskId: string): Promise<{ createdAt: string;
     const { createdAt } = requireVisible(env.ctx, taskId);
     return { createdAt, status: await freshStatus(env.ctx, taskId) };
   } catch (e) {
-    if (e instanceof SubagentError) throw new McpError(ErrorCode.InvalidParams, `Task not found: ${e.text}`);
+    if (e instanceof SubagentError) throw new RpcError(ErrorCode.InvalidParams, `Task not found: ${e.text}`);
     throw e;
   }
 }
 
 /** tools/call with `task`: only `launch` runs as a task; it answers once the run has started, like a plain launch. */
 export async function createTask(name: string, args: Record<string, unknown>, extra: ToolExtra, env: ToolEnv): Promise<CreateTaskResult> {
-  if (name !== 'launch') throw new McpError(ErrorCode.MethodNotFound, `${name.slice(0, 64)} does not run as a task (its execution.taskSupport is forbidden); call it without "task". Only launch runs as a task.`);
+  if (name !== 'launch') throw new RpcError(ErrorCode.MethodNotFound, `${name.slice(0, 64)} does not run as a task (its execution.taskSupport is forbidden); call it without "task". Only launch runs as a task.`);
   const r = await (await loadTool('launch'))!.handler(args, extra, env);
-  if (r.isError) throw asMcpError(r);
+  if (r.isError) throw asRpcError(r);
   return { task: await getTask((r.structuredContent as { runId: string }).runId, env) };
 }
 
@@ -70,13 +71,13 @@ export async function taskResult(taskId: string, extra: ToolExtra, env: ToolEnv)
   await runOf(env, taskId);
   const status = (await loadTool('status'))!;
   for (;;) {
-    if (extra.signal.aborted || env.shutdown.aborted) throw new McpError(ErrorCode.ConnectionClosed, 'tasks/result was cancelled or the server is shutting down; ask again.');
+    if (extra.signal.aborted || env.shutdown.aborted) throw new RpcError(ErrorCode.ConnectionClosed, 'tasks/result was cancelled or the server is shutting down; ask again.');
     const r = await status.handler({ runId: taskId, waitMs: env.ctx.settings.maxWaitMs, until: 'terminal' }, extra, env);
-    if (r.isError) throw asMcpError(r);
+    if (r.isError) throw asRpcError(r);
     // Once ended, the answer is a plain status call's (the wait's waitedMs and changed describe that call, not the run).
     if (isTerminalRun((r.structuredContent as { state: RunStatus['state'] }).state)) {
       const final = await status.handler({ runId: taskId }, extra, env);
-      if (final.isError) throw asMcpError(final);
+      if (final.isError) throw asRpcError(final);
       return final;
     }
   }
@@ -95,11 +96,11 @@ export async function listTasks(cursor: string | undefined, env: ToolEnv): Promi
 /** tasks/cancel: cancels the run and its tree (like the cancel tool); an ended run is the spec's invalid-params error. */
 export async function cancelTask(taskId: string, env: ToolEnv): Promise<Task> {
   const s = (await runOf(env, taskId)).status;
-  if (isTerminalRun(s.state)) throw new McpError(ErrorCode.InvalidParams, `Cannot cancel task in terminal status: the run ${taskId} already ended ${s.state}.`);
+  if (isTerminalRun(s.state)) throw new RpcError(ErrorCode.InvalidParams, `Cannot cancel task in terminal status: the run ${taskId} already ended ${s.state}.`);
   try {
     await cancelRun(env.ctx, taskId);
   } catch (e) {
-    if (e instanceof SubagentError) throw new McpError(ErrorCode.InvalidParams, e.text);
+    if (e instanceof SubagentError) throw new RpcError(ErrorCode.InvalidParams, e.text);
     throw e;
   }
   return getTask(taskId, env);

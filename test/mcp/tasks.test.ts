@@ -116,10 +116,19 @@ describe('MCP Tasks over runs', () => {
 
     const refused = await createTask({ agent: 'nope', task: 'x' }).catch((e: unknown) => e);
     expect(refused).toBeInstanceOf(McpError);
-    expect((refused as McpError).message).toMatch(/UNKNOWN_AGENT: /);
+    // The SDK client puts `MCP error <code>: ` before the message it received: the message itself starts with the code.
+    expect((refused as McpError).message).toMatch(/^MCP error -32602: UNKNOWN_AGENT: /);
     const other = await s.client.request({ method: 'tools/call', params: { name: 'status', arguments: {}, task: {} } }, CreateTaskResultSchema).catch((e: unknown) => e);
-    expect((other as McpError).message).toMatch(/Only launch runs as a task/);
-    await expect(tasks().getTask('r-doesnotexist000000000000')).rejects.toThrow(/not found/i);
+    expect((other as McpError).message).toMatch(/^MCP error -32601: status does not run as a task.*Only launch runs as a task/);
+    await expect(tasks().getTask('r-doesnotexist000000000000')).rejects.toThrow(/^MCP error -32602: Task not found: RUN_NOT_FOUND/);
+    // A task request without its taskId: invalid params saying what is missing, not an internal error dumping schema issues.
+    for (const method of ['tasks/get', 'tasks/result', 'tasks/cancel'] as const) {
+      for (const params of [{}, { taskId: 42 }]) {
+        const bad = await s.client.request({ method, params } as never, CallToolResultSchema).catch((e: unknown) => e);
+        expect((bad as McpError).code, method).toBe(-32602);
+        expect((bad as McpError).message).toBe(`MCP error -32602: INVALID_INPUT: ${method} needs params.taskId, a string (the run id launch answered). Call again with it.`);
+      }
+    }
   });
 
   it('another session sees none of these tasks: get, result and cancel answer not found, list leaves them out', async () => {
