@@ -240,6 +240,28 @@ describe.skipIf(skipWithout('chromium', hasChromium()))('the dashboard in a real
     await page.locator('#all').uncheck();
   });
 
+  it('eight tabs of one browser share one event stream: all load, all update, and closing the tab that holds it loses nothing', async () => {
+    const ctx = await browser.newContext();
+    try {
+      const tabs: Page[] = [];
+      for (let i = 0; i < 8; i++) {
+        const p = await ctx.newPage();
+        await p.goto(i === 0 ? ui.url : ui.page, { timeout: 30_000 });
+        await p.locator('tr[data-run]').first().waitFor({ timeout: 30_000 });
+        tabs.push(p);
+      }
+      const first = await launch({ agent: 'echo', task: 'seen by every tab' });
+      for (const p of tabs) await p.locator(`tr[data-run="${first}"]`).waitFor({ timeout: 30_000 });
+      // The stream's holder is the first tab (it took the lock first): closed, another takes over.
+      await tabs.shift()!.close();
+      const second = await launch({ agent: 'echo', task: 'after the holder closed' });
+      for (const p of tabs) await p.locator(`tr[data-run="${second}"]`).waitFor({ timeout: 30_000 });
+      for (const p of tabs) expect(await p.textContent('#live')).toBe('live');
+    } finally {
+      await ctx.close();
+    }
+  });
+
   it('says so when an open run is removed under it (gc), without breaking', async () => {
     const runId = await launch({ agent: 'echo', task: 'short-lived' });
     await waitTerminal(s, runId);

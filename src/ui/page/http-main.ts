@@ -25,31 +25,39 @@ const http: Backend = {
     try { return JSON.parse(text) as ActionResult; } catch { return { error: { code: String(r.status), message: text.slice(0, 200) } }; }
   },
   subscribe(onChange, onLive) {
-    // Only a visible tab holds its event stream: a browser allows six connections per host and port, so six open
-    // tabs each holding one would leave a seventh unable to load and the others unable to fetch. A tab shown again
-    // opens a new stream, and the page reads what changed meanwhile (onLive(true) after false refreshes it).
-    let es: EventSource | null = null;
-    const open = () => {
-      const stream = new EventSource('api/events');
-      stream.addEventListener('hello', () => onLive(true));
-      stream.addEventListener('open', () => onLive(true));
-      stream.addEventListener('error', () => onLive(false));
-      stream.addEventListener('change', (e) => {
-        try { onChange(JSON.parse((e as MessageEvent<string>).data) as Change); } catch { /* a torn frame: the next one */ }
+    // One event stream per browser for all tabs of this dashboard: a browser allows six connections per host and
+    // port, so six tabs each holding a stream would leave a seventh unable to load and the others unable to fetch.
+    // The tab holding the Web Lock keeps the stream and passes its messages to the others on a BroadcastChannel; when
+    // it closes, the lock goes to another tab, which opens the stream anew (and every tab reads what changed since).
+    const name = `subagents-ui:${location.pathname}`;
+    const channel = new BroadcastChannel(name);
+    let leading = false;
+    let live = false;
+    const setLive = (v: boolean) => { live = v; onLive(v); };
+    channel.onmessage = (m: MessageEvent<{ kind: string; change?: Change; live?: boolean }>) => {
+      const msg = m.data;
+      if (msg.kind === 'change' && msg.change) onChange(msg.change);
+      else if (msg.kind === 'live') setLive(msg.live === true);
+      else if (msg.kind === 'ask' && leading) channel.postMessage({ kind: 'live', live });
+    };
+    const lead = () => new Promise<never>(() => {
+      leading = true;
+      const say = (v: boolean) => { setLive(v); channel.postMessage({ kind: 'live', live: v }); };
+      say(false); // the tabs read again once this stream says hello: changes between two leaders are not lost
+      const es = new EventSource('api/events');
+      es.addEventListener('hello', () => say(true));
+      es.addEventListener('open', () => say(true));
+      es.addEventListener('error', () => say(false));
+      es.addEventListener('change', (e) => {
+        let change: Change;
+        try { change = JSON.parse((e as MessageEvent<string>).data) as Change; } catch { return; } // a torn frame: the next one
+        onChange(change);
+        channel.postMessage({ kind: 'change', change });
       });
-      return stream;
-    };
-    const follow = () => {
-      if (document.hidden) {
-        es?.close();
-        if (es) onLive(false);
-        es = null;
-      } else {
-        es ??= open();
-      }
-    };
-    document.addEventListener('visibilitychange', follow);
-    follow();
+    });
+    if ('locks' in navigator) void navigator.locks.request(name, lead);
+    else void lead(); // no Web Locks: a stream of its own
+    channel.postMessage({ kind: 'ask' });
   },
 };
 
