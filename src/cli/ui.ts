@@ -19,7 +19,7 @@ function openBrowser(url: string): void {
 export async function uiCommand(ctx: ManagerContext, o: UiCommandOptions, out: (s: string) => void): Promise<number> {
   let port: number | undefined;
   if (o.port !== undefined) {
-    port = Number(o.port);
+    port = /^\d{1,5}$/.test(o.port.trim()) ? Number(o.port.trim()) : NaN; // decimal digits only: not 0x10, 1e3
     if (!Number.isInteger(port) || port < 0 || port > 65535) throw new CliError(`--port ${JSON.stringify(o.port.slice(0, 20))} is not a port number (0-65535)`, EXIT_USAGE);
   }
   let ui;

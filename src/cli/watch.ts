@@ -43,15 +43,17 @@ function stepAgent(ctx: ManagerContext, runId: string, key: string): string | un
 function details(e: HomeEvent, ctx?: ManagerContext): string {
   const f = e.fields;
   const parts: string[] = [];
-  if (typeof f.step === 'string') parts.push(`step ${f.step}`);
+  // Every field is shown through oneLine: a log line is the runner's, but the file is plain text anyone of the user
+  // could append to, and a terminal must not take a field for a newline or an escape sequence.
+  if (typeof f.step === 'string') parts.push(`step ${oneLine(f.step, 20)}`);
   const agent = typeof f.agent === 'string' ? f.agent : typeof f.step === 'string' && ctx ? stepAgent(ctx, e.runId, f.step) : undefined;
   if (agent) parts.push(oneLine(agent, 40));
-  if (typeof f.state === 'string') parts.push(f.state);
-  if (typeof f.error === 'string' && f.error) parts.push(f.error);
+  if (typeof f.state === 'string') parts.push(oneLine(f.state, 20));
+  if (typeof f.error === 'string' && f.error) parts.push(oneLine(f.error, 40));
   if (typeof f.exitCode === 'number') parts.push(`exit ${f.exitCode}`);
-  if (typeof f.signal === 'string' && f.signal) parts.push(f.signal);
-  if (typeof f.mode === 'string') parts.push(f.mode);
-  if (typeof f.phase === 'string') parts.push(`phase ${f.phase}`);
+  if (typeof f.signal === 'string' && f.signal) parts.push(oneLine(f.signal, 20));
+  if (typeof f.mode === 'string') parts.push(oneLine(f.mode, 20));
+  if (typeof f.phase === 'string') parts.push(`phase ${oneLine(f.phase, 20)}`);
   if (typeof f.reason === 'string') parts.push(oneLine(f.reason, 40));
   // Over Redis: the machine a worker ran the run on.
   if (typeof f.host === 'string') parts.push(`on ${oneLine(f.host, 60)}`);
@@ -61,7 +63,7 @@ function details(e: HomeEvent, ctx?: ManagerContext): string {
 export function humanLine(e: HomeEvent, ctx?: ManagerContext): string {
   const time = e.ts.replace('T', ' ').replace('Z', '');
   const where = e.depth > 0 ? ` (nested in ${e.parentRunId ?? '?'})` : '';
-  return `${time}  ${e.runId}  ${e.type.padEnd(12)} ${details(e, ctx)}${where}  @${e.cursor}`;
+  return `${oneLine(time, 40)}  ${e.runId}  ${oneLine(e.type, 40).padEnd(12)} ${details(e, ctx)}${where}  @${e.cursor}`;
 }
 
 export function jsonLine(e: HomeEvent): string {

@@ -165,7 +165,11 @@ export async function startUiServer(ctx: ManagerContext, o: UiOptions = {}): Pro
       return;
     }
     if (pathname.startsWith('/api/')) await ready;
-    if (pathname === '/api/events') return openStream(req, res);
+    if (pathname === '/api/events') {
+      // A HEAD gets the stream's headers only: a stream opened for it would never end.
+      if (method === 'HEAD') { res.writeHead(200, { ...COMMON_HEADERS, 'Content-Type': 'text/event-stream; charset=utf-8' }); res.end(); return; }
+      return openStream(req, res);
+    }
     if (pathname === '/api/runs') {
       const n = (k: string) => { const v = Number(url.searchParams.get(k)); return Number.isFinite(v) && v > 0 ? v : undefined; };
       const s = (k: string) => url.searchParams.get(k)?.slice(0, 200) || undefined;

@@ -168,6 +168,18 @@ describe('subagents-mcp watch: a new home, a damaged line, lines read late', { t
     expect(h.stderr()).toBe('');
   });
 
+  it('shows people a line\'s fields without control characters: a field cannot break the line or drive the terminal', async () => {
+    const a = await launch({ agent: 'echo', task: 'fields' });
+    await waitTerminal(s!, a);
+    const odd = { ts: new Date().toISOString(), type: 'odd\u001b[2J', step: '0\nforged', state: 'x\r\u001b]0;title\u0007', error: 'E\nF', signal: 'S\u001b[1m' };
+    fs.appendFileSync(path.join(t.home, 'runs', a, 'events.jsonl'), `${JSON.stringify(odd)}\n`);
+    const h = watch(['--since', 'start']);
+    await h.waitFor(' odd');
+    await new Promise((r) => setTimeout(r, 1500)); // whatever else the hold releases
+    expect(h.stdout()).not.toMatch(/[\u0000-\u0008\u000b-\u001f\u007f]/);
+    expect(h.stdout().split('\n').filter((l) => l.includes(a) && l.includes('forged'))).toHaveLength(1);
+  });
+
   it('prints a line read after a later line of another run before that line (cursor order, so a resume misses nothing)', async () => {
     const x = await launch({ agent: 'sleeper', task: 'x' });
     const y = await launch({ agent: 'sleeper', task: 'y' });

@@ -1,4 +1,4 @@
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import fs from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
@@ -90,6 +90,18 @@ describe('subagents-mcp ui: damage and bad requests', { timeout: 120_000 }, () =
     expect(detail.body.run.agents).toEqual(['echo']);
     const cachedAgents = () => (JSON.parse(fs.readFileSync(cache, 'utf8')) as typeof v).rows.find((r) => r.runId === done)?.agents;
     await expect.poll(cachedAgents, { timeout: 30_000 }).toEqual(['echo']);
+  });
+
+  it('HEAD of the event stream answers its headers and ends; --port takes decimal digits only', async () => {
+    const u = await ui();
+    const head = await fetch(`${u.base}/api/events`, { method: 'HEAD', headers: { Authorization: `Bearer ${u.token}` }, signal: AbortSignal.timeout(10_000) });
+    expect(head.status).toBe(200);
+    expect(head.headers.get('content-type')).toContain('text/event-stream');
+    for (const port of ['0x10', '1e3', '-1', '65536', '']) {
+      const r = spawnSync(process.execPath, [MAIN_JS, 'ui', '--no-open', '--port', port], { env: cliEnv({ SUBAGENTS_HOME: t.home }), encoding: 'utf8', timeout: 20_000 });
+      expect(r.status, port).toBe(2);
+      expect(r.stderr).toContain('is not a port number (0-65535)');
+    }
   });
 
   it('a port in use: the process says so and exits, whatever the home holds', async () => {
