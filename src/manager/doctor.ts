@@ -171,6 +171,12 @@ export async function runDoctor(ctx: ManagerContext, version: string): Promise<D
   const missingRoots = (s.explicitRoots ?? []).filter((r) => { try { return !fs.statSync(r).isDirectory(); } catch { return true; } });
   if (s.explicitRoots && missingRoots.length === s.explicitRoots.length) problems.push(`no root SUBAGENTS_ROOTS names is an existing directory (${missingRoots.join(', ')}): every launch is refused CWD_NOT_ALLOWED`);
   else if (missingRoots.length) warnings.push(`SUBAGENTS_ROOTS names ${missingRoots.length === 1 ? 'a path that is' : 'paths that are'} not a directory (${missingRoots.join(', ')}): launches there are refused`);
+  // A client's env block is read by no shell: `~/x` is a directory named `~` under the server's working directory.
+  const tilde = [['SUBAGENTS_HOME', [s.home]], ['SUBAGENTS_ROOTS', s.explicitRoots ?? []], ['SUBAGENTS_TRUST', s.trust], ['SUBAGENTS_AGENTS_PATH', s.agentsPath]] as const;
+  for (const [env, paths] of tilde) {
+    const hit = paths.find((p) => p.split(path.sep).includes('~'));
+    if (hit) warnings.push(`${env} names ${hit}: a ~ is not expanded (no shell reads the setting); give the absolute path`);
+  }
   if (!backends.some((b) => b.usable)) warnings.push('no agent CLI is usable here; only `backend: command` agents (like the demo\'s) can run');
 
   const listing = await listAgents(ctx);

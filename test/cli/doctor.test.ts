@@ -178,6 +178,16 @@ describe('doctor', { timeout: 180_000 }, () => {
     }
   });
 
+  it('warns about a ~ in a path setting, which no shell expands', async () => {
+    const u = tempStateHome('sa-doctor-tilde-');
+    try {
+      const d = await cli(['doctor'], { SUBAGENTS_HOME: u.home, SUBAGENTS_ROOTS: '~/projects' }, { cwd: u.base });
+      expect(d.stdout).toContain(`warning: SUBAGENTS_ROOTS names ${path.join(u.base, '~', 'projects')}: a ~ is not expanded`);
+    } finally {
+      u.cleanup();
+    }
+  });
+
   it('shows control characters in file names escaped: a refused agent file cannot forge a line or drive the terminal', async () => {
     const u = tempStateHome('sa-doctor-names-');
     try {
