@@ -107,8 +107,9 @@ function inProgress(l: Ledger, runId: string, e: QueueEntry): boolean {
 interface Picked { runId: string; attempt: number }
 
 /**
- * Under the ledger lock: queued runs past their deadline leave the queue (ended QUEUE_TIMEOUT by the caller), and the
- * head of the queue gets each free slot, reserved to `self` (unbound, like a launch's), marked with the attempt.
+ * Under the ledger lock: queued runs past their deadline are named (the caller ends them QUEUE_TIMEOUT, taking them
+ * out of the queue as it does: `endQueued`), and the head of the queue gets each free slot, reserved to `self`
+ * (unbound, like a launch's), marked with the attempt.
  */
 export function pickLocked(l: Ledger, self: ProcessIdentity, now = Date.now()): { start: Picked[]; expired: string[] } {
   const start: Picked[] = [];
@@ -116,7 +117,6 @@ export function pickLocked(l: Ledger, self: ProcessIdentity, now = Date.now()): 
   for (const [runId, e] of queueOrder(l)) {
     if (inProgress(l, runId, e)) continue;
     if (e.deadline <= now) {
-      dequeueLocked(l, runId);
       expired.push(runId);
       continue;
     }
@@ -205,10 +205,14 @@ async function handOffLoop(host: HandOffHost): Promise<number> {
 export async function endQueued(on: { store: RunStore; layout: Layout; ledger: CapacityLedger }, runId: string, why: 'QUEUE_TIMEOUT' | 'CANCELLED'): Promise<RunStatus | null> {
   const record = on.store.readRecord(runId);
   if (!record) return null;
-  await on.ledger.change((l) => { dequeueLocked(l, runId); });
-  const r = await endRun(on, record, why === 'QUEUE_TIMEOUT'
-    ? { state: 'failed', error: { code: 'QUEUE_TIMEOUT', message: 'the run waited in the queue past its queue timeout (queueTimeoutMs, SUBAGENTS_QUEUE_TIMEOUT_MS) and never started; launch it again, or raise the timeout' }, from: ['queued', 'starting'] }
-    : { state: 'cancelled', error: { code: 'CANCELLED', message: 'the run was cancelled while it waited in the queue; it never started' }, from: ['queued', 'starting'] });
+  // The entry's removal and the end are one step under the run's lock: whoever else looks at the run under it (a
+  // reconciliation asking whether a queued run was ever queued) sees it queued with its entry, or ended.
+  const r = await on.store.withRunLock(runId, async () => {
+    await on.ledger.change((l) => { dequeueLocked(l, runId); });
+    return endRun(on, record, why === 'QUEUE_TIMEOUT'
+      ? { state: 'failed', error: { code: 'QUEUE_TIMEOUT', message: 'the run waited in the queue past its queue timeout (queueTimeoutMs, SUBAGENTS_QUEUE_TIMEOUT_MS) and never started; launch it again, or raise the timeout' }, from: ['queued', 'starting'] }
+      : { state: 'cancelled', error: { code: 'CANCELLED', message: 'the run was cancelled while it waited in the queue; it never started' }, from: ['queued', 'starting'] }, { locked: true });
+  });
   if (r.ours) on.store.event(runId, { type: 'dequeued', state: r.status.state, error: r.status.error?.code ?? null });
   return r.status;
 }

@@ -1,6 +1,7 @@
 import fs from 'node:fs';
 import { isAlive, type ProcessIdentity } from '../process/identity.js';
 import { findRunProcesses, runnerGroups, terminateProcesses } from '../process/terminate.js';
+import { readEvents } from '../store/event-log.js';
 import { readTail } from '../store/text-tail.js';
 import { requestCancel, readCancelRequest } from '../lifecycle/cancel-request.js';
 import { endRun } from '../lifecycle/run-lifecycle.js';
@@ -117,23 +118,28 @@ async function reconcileOnce(ctx: ManagerContext, runId: string): Promise<void> 
 /**
  * A queued run whose launching server died after writing its directory and before adding it to the ledger's queue
  * (the acknowledgement): no queue entry will ever start it or time it out, and its launch was never answered. It ends
- * failed/HANDSHAKE_FAILED; its tree claimed nothing yet (the claim is made with the queue entry). A run in the queue,
- * or in a slot being handed to it, is the queue's; one whose server lives is still being queued.
+ * failed/HANDSHAKE_FAILED; its tree claimed nothing yet (the claim is made with the queue entry). Not ours:
+ * - a run whose server lives (still being queued);
+ * - a run in the queue, or in a slot being handed to it (the queue's);
+ * - a run whose log says it was queued (acknowledged: a timeout or a cancel is ending it, or its ledger was lost).
+ * The last check is made under the run's lock, which `endQueued` holds from taking the entry out to the end.
  */
 async function endUnacknowledged(ctx: ManagerContext, runId: string): Promise<void> {
   const record = ctx.store.readRecord(runId);
   if (!record || isAlive(record.server)) return;
   const holds = (l: Ledger): boolean => Boolean(l.queue?.[runId] || l.roots[runId]);
-  // The lock-free look settles the usual case (queued, its server gone since); the lock confirms a missing entry (a
-  // ledger being rebuilt from the runs is read empty without it).
   if (holds(ctx.ledger.read())) return;
-  if (await ctx.ledger.change((l) => holds(l), { durable: false })) return;
-  await endRun(ctx, record, {
-    state: 'failed',
-    error: { code: 'HANDSHAKE_FAILED', message: 'the launching server ended before the run was queued; its launch was never acknowledged and nothing ran' },
-    from: ['queued'],
+  const paths = ctx.store.paths(runId);
+  if (readEvents(paths.events).events.some((e) => e.type === 'queued')) return;
+  await ctx.store.withRunLock(runId, async () => {
+    if (await ctx.ledger.change((l) => holds(l), { durable: false })) return;
+    await endRun(ctx, record, {
+      state: 'failed',
+      error: { code: 'HANDSHAKE_FAILED', message: 'the launching server ended before the run was queued; its launch was never acknowledged and nothing ran' },
+      from: ['queued'],
+    }, { locked: true });
   });
-  removeStaleTemps(ctx.store.paths(runId).dir, null);
+  removeStaleTemps(paths.dir, null);
 }
 
 /**
