@@ -109,7 +109,8 @@ export function freezeAgent(ctx: ManagerContext, catalog: Map<string, AgentDefin
 /** The refusal of a file that defines `name`, if one was refused (the catalog is cached: this costs no reread). */
 function refusedNamed(ctx: ManagerContext, name: string): RefusedAgent | undefined {
   try {
-    return loadCatalog({ settings: ctx.settings, bundledDir: BUNDLED_AGENTS_DIR }).refused.find((r) => r.name === name);
+    // A file refused before its name could be read (its YAML) is known by its file name.
+    return loadCatalog({ settings: ctx.settings, bundledDir: BUNDLED_AGENTS_DIR }).refused.find((r) => (r.name ?? path.basename(r.path, '.md')) === name);
   } catch {
     return undefined;
   }

@@ -136,6 +136,12 @@ export async function startUiServer(ctx: ManagerContext, o: UiOptions = {}): Pro
     const pathname = url.pathname.startsWith(basePath) ? `/${url.pathname.slice(basePath.length)}` : url.pathname;
     const method = req.method ?? 'GET';
     if (method !== 'GET' && method !== 'POST' && method !== 'HEAD') return sendText(res, 405, '405: method not allowed.');
+    // The page's path without its last slash: the cookie is not sent there (its Path ends with the slash).
+    if (url.pathname === basePath.slice(0, -1) && (method === 'GET' || method === 'HEAD')) {
+      res.writeHead(308, { ...COMMON_HEADERS, Location: basePath });
+      res.end();
+      return;
+    }
     // The printed URL carries the token once: it becomes a cookie, and the address bar loses it.
     const given = url.searchParams.get('token');
     if (method === 'GET' && url.pathname === '/' && given !== null) {

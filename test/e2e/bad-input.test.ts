@@ -31,6 +31,7 @@ describe('bad input: a clear coded refusal, nothing created on disk, the server 
     writeAgent(path.join(t.home, 'agents'), 'mybot', { backend: 'Claude' }); // refused: backends are lower case
     writeAgent(path.join(t.home, 'agents'), 'relcmd', { backend: 'command', command: ['./tools/run.sh'] });
     writeAgent(path.join(t.home, 'agents'), 'abscmd', { backend: 'command', command: ['/opt/missing/bin/runner'] });
+    fs.writeFileSync(path.join(t.home, 'agents', 'tagged.md'), '---\nname: tagged\ndescription: !!js/function "x"\nbackend: command\n---\n', { mode: 0o600 });
     outside = path.join(t.base, 'outside');
     fs.mkdirSync(outside);
     fs.mkdirSync(path.join(t.root, 'sub'));
@@ -100,6 +101,8 @@ describe('bad input: a clear coded refusal, nothing created on disk, the server 
   it('an agent whose file was refused: UNKNOWN_AGENT naming the file and why; a command not found: its whole path', async () => {
     const mybot = await refused('launch', { agent: 'mybot', task: 'x' }, 'UNKNOWN_AGENT');
     expect(mybot).toContain(`no agent named "mybot": its file ${JSON.stringify(path.join(t.home, 'agents', 'mybot.md'))} (home) was refused: backend`);
+    // Refused before its name was read (a YAML tag): known by its file name.
+    expect(await refused('launch', { agent: 'tagged', task: 'x' }, 'UNKNOWN_AGENT')).toContain(`its file ${JSON.stringify(path.join(t.home, 'agents', 'tagged.md'))} (home) was refused: front matter uses a YAML tag`);
     expect(await refused('launch', { agent: 'abscmd', task: 'x' }, 'AGENT_UNAVAILABLE')).toContain('command "/opt/missing/bin/runner" was not found or is not executable');
     expect(await refused('launch', { agent: 'relcmd', task: 'x' }, 'AGENT_UNAVAILABLE')).toContain('command "./tools/run.sh" is a relative path, which is never used');
     expect(runDirs(t.home)).toEqual([]);

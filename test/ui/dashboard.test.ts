@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
@@ -238,6 +239,19 @@ describe.skipIf(skipWithout('chromium', hasChromium()))('the dashboard in a real
     await page.locator('#all').check();
     await page.locator(`tr[data-run="${runId}"]`).waitFor({ timeout: 30_000 });
     await page.locator('#all').uncheck();
+  });
+
+  it('a step output it cannot read (a FIFO in its place) is said in the output pane; the rest of the run page stays', async () => {
+    const runId = await launch({ agent: 'echo', task: 'its output becomes a FIFO', label: 'damaged output' });
+    await waitTerminal(s, runId);
+    const file = path.join(t.home, 'runs', runId, 'out', '0.txt');
+    fs.rmSync(file);
+    execFileSync('mkfifo', ['-m', '600', file]);
+    await page.goto(`${ui.page}#/run/${runId}`);
+    await expect.poll(() => page.locator('pre.output').textContent(), { timeout: 30_000 }).toContain('could not be read: 500');
+    expect(await page.locator('h2.title').textContent()).toContain('damaged output');
+    expect(await page.locator('#act-dismiss').count()).toBe(1);
+    expect(await page.locator('.load-error').count()).toBe(0);
   });
 
   it('eight tabs of one browser share one event stream: all load, all update, and closing the tab that holds it loses nothing', async () => {

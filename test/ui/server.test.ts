@@ -66,6 +66,10 @@ describe('subagents-mcp ui: damage and bad requests', { timeout: 120_000 }, () =
       expect(r.status, bytes).toBe(200);
       expect(r.body.text).toContain('hello');
     }
+    // The page's path without its last slash (where the cookie is not sent) redirects to it.
+    const bare = await fetch(u.page.slice(0, -1), { redirect: 'manual', signal: AbortSignal.timeout(10_000) });
+    expect(bare.status).toBe(308);
+    expect(bare.headers.get('location')).toBe(new URL(u.page).pathname);
     const under = await get(u, `${new URL(u.page).pathname}api/runs/${done}`);
     expect(under.status).toBe(200);
     expect(under.body.run.runId).toBe(done);

@@ -52,12 +52,14 @@ interface State {
   missing: boolean;
   outputKey: string | null;
   output: { key: string; text: string; bytes: number; from: number } | null;
+  /** Why the shown step's output could not be read (damage in its file): said in the output pane, the rest goes on. */
+  outputError: string | null;
   /** Local clock minus the server's (the page may run on another clock than the runs' timestamps). */
   skewMs: number;
 }
 
 export class Dashboard {
-  private readonly s: State = { route: { view: 'list' }, query: { state: 'all', page: 1 }, list: null, detail: null, missing: false, outputKey: null, output: null, skewMs: 0 };
+  private readonly s: State = { route: { view: 'list' }, query: { state: 'all', page: 1 }, list: null, detail: null, missing: false, outputKey: null, output: null, outputError: null, skewMs: 0 };
   private inflight = false;
   private again = false;
   private readonly main: HTMLElement;
@@ -143,7 +145,15 @@ export class Dashboard {
         const leaves = d.steps.flatMap((s) => s.members ?? [s]);
         const running = leaves.find((s) => s.state === 'running');
         if (!this.s.outputKey || !leaves.some((s) => s.key === this.s.outputKey)) this.s.outputKey = (running ?? leaves[leaves.length - 1])?.key ?? null;
-        if (this.s.outputKey) this.s.output = await this.backend.output(r.runId, this.s.outputKey, 16 * 1024);
+        this.s.outputError = null;
+        if (this.s.outputKey) {
+          try {
+            this.s.output = await this.backend.output(r.runId, this.s.outputKey, 16 * 1024);
+          } catch (e) {
+            this.s.output = null;
+            this.s.outputError = (e as Error).message;
+          }
+        }
         this.renderRun(focus);
       }
     } catch (e) {
@@ -396,7 +406,8 @@ export class Dashboard {
     const o = this.s.output;
     const note = o && o.from > 0 ? h('p', { class: 'muted' }, `… the last ${o.bytes - o.from} of ${o.bytes} bytes`) : null;
     const live = leaves.find((s) => s.key === this.s.outputKey)?.state === 'running';
-    wrap.append(note ?? '', h('pre', { class: 'output', tabindex: 0, 'aria-label': 'output tail', 'aria-live': live ? 'polite' : 'off' }, o && o.text ? o.text : '(no output yet)'));
+    const shown = this.s.outputError ? `(this step's output could not be read: ${this.s.outputError})` : o && o.text ? o.text : '(no output yet)';
+    wrap.append(note ?? '', h('pre', { class: 'output', tabindex: 0, 'aria-label': 'output tail', 'aria-live': live ? 'polite' : 'off' }, shown));
     return wrap;
   }
 
