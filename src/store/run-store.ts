@@ -17,6 +17,8 @@ export interface PreparedRun {
   runId: string;
   tmp: RunPaths;
   synced: Promise<void>;
+  /** The run's first log line, written as it is published. */
+  created: { mode: RunRecord['mode']; steps: number };
 }
 
 /** A run in `runs/`; `durable` settles once its name there is on disk. */
@@ -65,12 +67,11 @@ export class FileRunStore implements RunStore {
       create(tmp.record, JSON.stringify(record));
       create(tmp.status, JSON.stringify(status));
       for (const [name, text] of Object.entries(extra)) create(path.join(tmp.dir, name), text);
-      appendEvent(tmp.events, { type: 'created', mode: record.mode, steps: record.steps.length });
       // Fsynced together on the thread pool, the directory in the same round (both only have to precede the rename):
       // one after the other on the event loop they held up every other request of the server.
       const synced = Promise.all([fsyncAndClose(written), fsyncDirAsync(tmp.dir)]).then(() => {});
       synced.catch(() => {}); // observed by publish; unobserved only when the run is discarded
-      return { runId: record.runId, tmp, synced };
+      return { runId: record.runId, tmp, synced, created: { mode: record.mode, steps: record.steps.length } };
     } catch (e) {
       for (const { fd } of written) try { fs.closeSync(fd); } catch { /* already failing */ }
       removeTree(tmp.dir);
@@ -88,6 +89,9 @@ export class FileRunStore implements RunStore {
     const p = this.paths(prep.runId);
     try {
       await Promise.all([prep.synced, publishAfter]);
+      // Logged now, not at the prepare: its time is when the run appears, so that a home's watcher, which orders
+      // lines by their time, never finds it later with a time before lines it has shown (docs/watch-and-ui.md).
+      appendEvent(prep.tmp.events, { type: 'created', ...prep.created });
       fsPort.renameSync(prep.tmp.dir, p.dir);
     } catch (e) {
       this.discard(prep);

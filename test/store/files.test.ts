@@ -81,6 +81,26 @@ describe('run store: status compare-and-set', () => {
     return runId;
   }
 
+  it('a run\'s first log line is written as it is published: its time is when the run appears, not when it was prepared', async () => {
+    openStateHome(path.join(dir, 'home'));
+    const store = new FileRunStore(new Layout(path.join(dir, 'home')));
+    const runId = newRunId();
+    const record = { v: 1, runId, steps: [], mode: 'single' } as unknown as RunRecord;
+    const status: RunStatus = {
+      v: 1, runId, state: 'running', error: null, startedAt: null, endedAt: null, updatedAt: new Date().toISOString(),
+      runner: null, steps: [], appendsTaken: 0, survivors: [],
+    };
+    const prepared = store.prepare(record, status);
+    // A launch's publish waits for its reservation and fsyncs (seconds under load): a watcher that shows lines in time
+    // order must not find the run later with a first line timed before lines it has shown meanwhile.
+    let published = 0;
+    const gate = new Promise((r) => setTimeout(r, 300)).then(() => { published = Date.now(); });
+    await (await store.publish(prepared, gate)).durable;
+    const [first] = readEvents(store.paths(runId).events).events;
+    expect(first).toMatchObject({ type: 'created', mode: 'single', steps: 0 });
+    expect(Date.parse(first!.ts)).toBeGreaterThanOrEqual(published);
+  });
+
   it('the first terminal state wins; later writers get the stored one back and the file never changes again', async () => {
     openStateHome(path.join(dir, 'home'));
     const store = new FileRunStore(new Layout(path.join(dir, 'home')));
