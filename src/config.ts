@@ -140,6 +140,7 @@ export function loadSettings(env: NodeJS.ProcessEnv, flags: Record<string, strin
   const rootFlags = [flags['--roots'], flags['--root']].flat().filter((r): r is string => r !== undefined);
   const rootsRaw = rootFlags.length > 0 ? rootFlags.join(path.delimiter) : pick('roots', 'SUBAGENTS_ROOTS');
   if (rootFlags.length > 0) sources.roots = 'flag';
+  const rootsNamed = splitList(rootsRaw ?? '', path.delimiter);
   const sessionId = pick('sessionId', 'SUBAGENTS_SESSION_ID') ?? null;
   if (sessionId !== null && (sessionId.length < 16 || sessionId.length > 128 || !/^[A-Za-z0-9_.:-]+$/.test(sessionId))) {
     throw new ConfigError('SUBAGENTS_SESSION_ID must be 16 to 128 characters of A-Z a-z 0-9 _ . : -');
@@ -163,7 +164,7 @@ export function loadSettings(env: NodeJS.ProcessEnv, flags: Record<string, strin
     ...(out as Settings),
     home: path.resolve(cwd, homeRaw !== undefined ? home : home),
     // A list of nothing (`:`, blanks) is no list: the client's roots apply, as when it is unset.
-    explicitRoots: rootsRaw !== undefined && splitList(rootsRaw, path.delimiter).length > 0 ? splitList(rootsRaw, path.delimiter).map((r) => path.resolve(cwd, r)) : null,
+    explicitRoots: rootsNamed.length > 0 ? rootsNamed.map((r) => path.resolve(cwd, r)) : null,
     trust: splitList(pick('trust', 'SUBAGENTS_TRUST') ?? '', path.delimiter).map((r) => path.resolve(cwd, r)),
     sessionId,
     agentsPath: splitList(pick('agentsPath', 'SUBAGENTS_AGENTS_PATH') ?? '', path.delimiter).map((r) => path.resolve(cwd, r)),
